@@ -1,0 +1,1 @@
+"""Device actors, the rendezvous and the transports between them."""

@@ -1,0 +1,304 @@
+"""Wire format of data-plane messages: pure encode/decode, bytes in and out, no sockets.
+
+A tensor travels as pyzmq's "serialsocket" layout, a small msgpack header and the raw
+buffer::
+
+    frame 0  msgpack {"k": key, "dtype": "<f4", "shape": [2, 3]}   (or {"k": key, "dead": True})
+    frame 1  the C-contiguous bytes of the array                   (absent for a dead token)
+
+A control message is one msgpack map, optionally followed by one opaque blob frame (for
+payloads msgpack cannot carry, such as a cloudpickled callable)::
+
+    frame 0  msgpack {"type": "run", ...}
+    frame 1  blob bytes                                             (optional)
+
+Decoding never trusts its input: whatever the bytes, it returns a valid message or raises
+`CodecError` — never another exception type — so a transport can drop bad frames with one
+``except``. Only msgpack is used; nothing here can execute code (no pickle).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import msgpack
+import numpy as np
+
+__all__ = [
+    "MAX_HEADER_BYTES",
+    "MAX_NDIM",
+    "MAX_TENSOR_BYTES",
+    "SUPPORTED_DTYPES",
+    "CodecError",
+    "Key",
+    "decode_control",
+    "decode_tensor",
+    "encode_control",
+    "encode_tensor",
+]
+
+MAX_HEADER_BYTES = 64 * 1024
+# Sanity bound only: the transport enforces the real per-message limit.
+MAX_TENSOR_BYTES = 1 << 40
+MAX_NDIM = 32
+# Control messages nest a little (lists of keys, dicts of attrs); nothing legitimate goes deep.
+_MAX_DEPTH = 32
+
+# Only these dtypes may cross the wire: never object (arbitrary Python objects), never
+# structured or string dtypes whose layout a peer could abuse.
+SUPPORTED_DTYPES: tuple[np.dtype, ...] = tuple(
+    np.dtype(t) for t in (np.bool_, np.float16, np.float32, np.float64, np.int32, np.int64)
+)
+# Both byte orders, so a big-endian peer interoperates; "|b1" has no order and appears once.
+_DTYPES: dict[str, np.dtype] = {
+    d.str: d for t in SUPPORTED_DTYPES for d in (t, t.newbyteorder(">"), t.newbyteorder("<"))
+}
+_SUPPORTED_NAMES = ", ".join(d.name for d in SUPPORTED_DTYPES)
+
+Key = tuple  # tuple of int | str | bytes | nested tuples of those
+
+
+class CodecError(ValueError):
+    """A message could not be encoded, or received frames are not a valid message."""
+
+
+# -- tensors ---------------------------------------------------------------------------------
+
+
+def encode_tensor(key: Key, value: Any, *, is_dead: bool = False) -> list[bytes | memoryview]:
+    """Encode one tensor (or a dead token) for `key` as a list of frames.
+
+    ``[msgpack header, raw buffer]`` for a live value, ``[msgpack header]`` for a dead one.
+    A C-contiguous array is not copied: frame 1 is a flat byte view of its memory, so the
+    caller must not mutate the array until the frames are sent. Non-contiguous arrays are
+    copied once. Numpy scalars and 0-d arrays are sent as shape ``[]``.
+
+    Args:
+        key: a tuple of ints, strings, bytes (or nested tuples of those); it comes back as a
+            tuple so it hashes.
+        value: a numpy array or scalar of a supported dtype (bool, float16, float32,
+            float64, int32, int64); ignored when `is_dead`.
+        is_dead: send a dead token instead of a value.
+
+    Raises:
+        CodecError: the key is not a tuple of ints/strings/bytes, the dtype is not
+            supported, or the header exceeds `MAX_HEADER_BYTES`.
+    """
+    _check_key(key)
+    if is_dead:
+        return [_pack({"k": key, "dead": True})]
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError) as e:  # ragged lists and the like
+        raise CodecError(f"value cannot be converted to an array: {e}") from e
+    dtype = _DTYPES.get(arr.dtype.str)
+    if dtype is None:
+        raise CodecError(
+            f"dtype {arr.dtype} cannot be sent: supported dtypes are {_SUPPORTED_NAMES}"
+        )
+    if not arr.flags.c_contiguous:
+        arr = np.ascontiguousarray(arr)  # the one copy, only for strided views
+    header = _pack({"k": key, "dtype": dtype.str, "shape": list(arr.shape)})
+    # Flat uint8 view: len(frame) == nbytes for every dtype and shape (0-d and empty included).
+    return [header, arr.reshape(-1).view(np.uint8).data]
+
+
+def decode_tensor(frames: Sequence[Any]) -> tuple[Key, np.ndarray | np.generic | None, bool]:
+    """Decode frames from `encode_tensor` into ``(key, value, is_dead)``.
+
+    ``value`` is None for a dead token. A live value is an ``np.frombuffer`` view of the
+    received buffer (zero copy): it is read-only when the frame was ``bytes`` and keeps the
+    frame alive. Treat it as immutable either way; copy before writing into it. A 0-d
+    value decodes to a numpy scalar of its dtype (``arr[()]``).
+
+    Args:
+        frames: the message's frames, each bytes-like (bytes, memoryview, ``zmq.Frame``).
+
+    Raises:
+        CodecError: anything about the frames is malformed (frame count, header size,
+            msgpack, fields, key, dtype, shape, or buffer length).
+    """
+    if not 1 <= len(frames) <= 2:
+        raise CodecError(f"a tensor message has 1 or 2 frames, got {len(frames)}")
+    header = _unpack_map(frames[0], "tensor header")
+    key = header.get("k")
+    if key is None:
+        raise CodecError("tensor header has no key 'k'")
+    _check_key(key)
+    if "dead" in header:
+        if header.keys() != {"k", "dead"} or header["dead"] is not True:
+            raise CodecError(f"malformed dead-token header fields {sorted(header)}")
+        if len(frames) != 1:
+            raise CodecError(f"a dead token has 1 frame, got {len(frames)}")
+        return key, None, True
+    if header.keys() != {"k", "dtype", "shape"}:
+        raise CodecError(
+            f"tensor header fields are {sorted(map(str, header))}, expected ['dtype', 'k', 'shape']"
+        )
+    if len(frames) != 2:
+        raise CodecError(f"a live tensor has 2 frames (header, buffer), got {len(frames)}")
+    dtype_str = header["dtype"]
+    dtype = _DTYPES.get(dtype_str) if isinstance(dtype_str, str) else None
+    if dtype is None:
+        raise CodecError(
+            f"unsupported dtype {dtype_str!r}: supported dtypes are {_SUPPORTED_NAMES}"
+        )
+    shape = _check_shape(header["shape"], dtype)
+    buf = _as_bytes_view(frames[1])
+    expected = math.prod(shape) * dtype.itemsize
+    if len(buf) != expected:
+        raise CodecError(
+            f"buffer has {len(buf)} bytes but shape {list(shape)} of {dtype.name} needs {expected}"
+        )
+    arr = np.frombuffer(buf, dtype=dtype).reshape(shape)
+    return key, (arr[()] if not shape else arr), False
+
+
+# -- control messages ------------------------------------------------------------------------
+
+
+def encode_control(msg: dict[str, Any], blob: bytes | None = None) -> list[bytes]:
+    """Encode a control message (a msgpack-able dict with string keys) and an optional blob.
+
+    Keep `msg` small (at most `MAX_HEADER_BYTES` packed); put bulky or non-msgpack
+    payloads (a cloudpickled callable, a serialized plan) in `blob`, which is opaque here.
+
+    Raises:
+        CodecError: `msg` is not a dict with string keys, holds a value msgpack cannot pack
+            or that would not survive decoding, packs larger than `MAX_HEADER_BYTES`, or
+            `blob` is not bytes-like.
+    """
+    if not isinstance(msg, dict):
+        raise CodecError(f"a control message is a dict, got {type(msg).__name__}")
+    _check_plain(msg, 0)
+    frames = [_pack(msg)]
+    if blob is not None:
+        try:
+            frames.append(bytes(memoryview(blob)))
+        except TypeError as e:
+            raise CodecError(f"blob must be bytes-like, got {type(blob).__name__}") from e
+    return frames
+
+
+def decode_control(frames: Sequence[Any]) -> tuple[dict[str, Any], bytes | None]:
+    """Decode frames from `encode_control` into ``(msg, blob_or_None)``.
+
+    Arrays inside `msg` come back as tuples (so keys inside messages hash).
+
+    Raises:
+        CodecError: wrong frame count, oversized or malformed header, non-string keys,
+            or values other than None/bool/int/float/str/bytes/tuple/dict.
+    """
+    if not 1 <= len(frames) <= 2:
+        raise CodecError(f"a control message has 1 or 2 frames, got {len(frames)}")
+    msg = _unpack_map(frames[0], "control message")
+    _check_plain(msg, 0)
+    blob = bytes(_as_bytes_view(frames[1])) if len(frames) == 2 else None
+    return msg, blob
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _pack(obj: dict[str, Any]) -> bytes:
+    try:
+        data = msgpack.packb(obj, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise CodecError(f"cannot pack message: {e}") from e
+    if len(data) > MAX_HEADER_BYTES:
+        raise CodecError(
+            f"header is {len(data)} bytes; the limit is {MAX_HEADER_BYTES} "
+            "(send bulky control payloads as the blob frame)"
+        )
+    return data
+
+
+def _as_bytes_view(frame: Any) -> memoryview:
+    """A flat, byte-indexed view of any buffer-protocol object, without copying."""
+    try:
+        view = memoryview(frame)
+        return view if view.format == "B" and view.ndim == 1 else view.cast("B")
+    except (TypeError, ValueError) as e:  # not a buffer, or a strided one
+        raise CodecError(f"frame is not a contiguous bytes-like object: {e}") from e
+
+
+def _reject_ext(code: int, data: bytes) -> Any:
+    raise CodecError(f"msgpack extension type {code} is not allowed")
+
+
+def _unpack_map(frame: Any, what: str) -> dict[str, Any]:
+    buf = _as_bytes_view(frame)
+    if len(buf) > MAX_HEADER_BYTES:
+        raise CodecError(f"{what} is {len(buf)} bytes; the limit is {MAX_HEADER_BYTES}")
+    try:
+        obj = msgpack.unpackb(
+            buf,
+            use_list=False,
+            raw=False,
+            strict_map_key=True,
+            ext_hook=_reject_ext,
+            timestamp=0,
+        )
+    except CodecError:
+        raise
+    except Exception as e:  # msgpack raises assorted types on corrupt input; all mean "bad"
+        raise CodecError(f"{what} is not valid msgpack: {type(e).__name__}: {e}") from e
+    if not isinstance(obj, dict):
+        raise CodecError(f"{what} must be a msgpack map, got {type(obj).__name__}")
+    for k in obj:
+        if not isinstance(k, str):
+            raise CodecError(f"{what} keys must be strings, got {k!r}")
+    return obj
+
+
+def _check_key(key: Any, depth: int = 0) -> None:
+    # The key must hash and compare equal after a round trip, so lists (which come back as
+    # tuples), floats (NaN != NaN) and None are refused on both sides.
+    if type(key) is not tuple or depth > _MAX_DEPTH:
+        raise CodecError(f"key must be a tuple of ints, strings or bytes, got {key!r:.200}")
+    for part in key:
+        if isinstance(part, tuple):
+            _check_key(part, depth + 1)
+        elif not isinstance(part, (int, str, bytes)):
+            raise CodecError(
+                f"key must be a tuple of ints, strings or bytes; {part!r:.100} is a "
+                f"{type(part).__name__}"
+            )
+
+
+def _check_shape(shape: Any, dtype: np.dtype) -> tuple[int, ...]:
+    if type(shape) is not tuple or len(shape) > MAX_NDIM:
+        raise CodecError(
+            f"shape must be a list of at most {MAX_NDIM} non-negative ints, got {shape!r:.200}"
+        )
+    for d in shape:
+        if type(d) is not int or d < 0:  # type() is int: refuses bools too
+            raise CodecError(f"shape must be a list of non-negative ints, got {shape!r:.200}")
+    # max(d, 1): an empty array with a huge other dimension is still refused, because numpy
+    # cannot represent it either.
+    if math.prod(max(d, 1) for d in shape) * dtype.itemsize > MAX_TENSOR_BYTES:
+        raise CodecError(f"shape {list(shape)} is too large (limit {MAX_TENSOR_BYTES} bytes)")
+    return shape
+
+
+def _check_plain(obj: Any, depth: int) -> None:
+    """Allow only values that msgpack round-trips: the data model of a control message."""
+    if depth > _MAX_DEPTH:
+        raise CodecError(f"control message nests deeper than {_MAX_DEPTH} levels")
+    if obj is None or isinstance(obj, (bool, int, float, str, bytes)):
+        return
+    if isinstance(obj, (tuple, list)):
+        for item in obj:
+            _check_plain(item, depth + 1)
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            if not isinstance(k, str):
+                raise CodecError(f"control message keys must be strings, got {k!r:.100}")
+            _check_plain(v, depth + 1)
+    else:
+        raise CodecError(
+            f"control message value {obj!r:.100} of type {type(obj).__name__} is not "
+            "msgpack data; send it in the blob frame"
+        )

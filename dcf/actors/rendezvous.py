@@ -1,0 +1,63 @@
+"""The rendezvous: where a Send's value meets its Recv, keyed by (step, edge, tag).
+
+Each slot holds either a value that arrived first or the callback of a Recv that is
+waiting. Same-process hand-off is a synchronous dictionary operation: nothing is
+serialised. A remote transport plugs in by calling `send` when a message arrives.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+__all__ = ["LocalRendezvous", "RendezvousClosed"]
+
+
+class RendezvousClosed(Exception):
+    """The step this key belongs to was aborted."""
+
+
+class LocalRendezvous:
+    """Send/Recv hand-off table for the devices of one process."""
+
+    def __init__(self) -> None:
+        self._values: dict[tuple, Any] = {}
+        self._waiters: dict[tuple, Callable[[Any], None]] = {}
+        self._aborted: dict[Any, BaseException] = {}
+        self.remote_send: Callable[[str, tuple, Any], bool] | None = None
+
+    def send(self, key: tuple, value: Any) -> None:
+        """Deliver `value` (or DEAD) for `key`: to its waiting Recv, or keep it."""
+        cb = self._waiters.pop(key, None)
+        if cb is not None:
+            cb(value)
+        elif key[0] not in self._aborted:
+            self._values[key] = value
+
+    def recv(self, key: tuple, callback: Callable[[Any], None]) -> None:
+        """Call `callback(value)` when the value for `key` is there (maybe now)."""
+        err = self._aborted.get(key[0])
+        if err is not None:
+            raise RendezvousClosed(str(err))
+        try:
+            v = self._values.pop(key)
+        except KeyError:
+            self._waiters[key] = callback
+            return
+        callback(v)
+
+    def abort_step(self, step: Any, error: BaseException) -> None:
+        """Drop every slot of `step`: a failed or cancelled step leaves nothing behind."""
+        self._aborted[step] = error
+        for table in (self._values, self._waiters):
+            for k in [k for k in table if k[0] == step]:
+                del table[k]
+
+    def end_step(self, step: Any) -> None:
+        self._aborted.pop(step, None)
+        for table in (self._values, self._waiters):
+            for k in [k for k in table if k[0] == step]:
+                del table[k]
+
+    def pending(self, step: Any | None = None) -> int:
+        return sum(1 for t in (self._values, self._waiters) for k in t
+                   if step is None or k[0] == step)

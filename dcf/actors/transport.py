@@ -1,0 +1,602 @@
+"""ZeroMQ transport between process endpoints: peers, per-peer send queues, heartbeats.
+
+It knows nothing about graphs: it moves `(key, tensor | dead)` pairs and small control
+messages between named endpoints and hands them to callbacks.
+
+Topology: each `ZmqTransport` binds one ROUTER socket (its inbox) and connects one DEALER
+per peer (its outboxes), whose routing id is the transport's name, so the ROUTER learns who
+sent each message from the identity frame. A message on the wire, after that identity::
+
+    [mac]  kind  payload...        kind: b"T" tensor, b"C" control, b"H" heartbeat
+
+``payload`` is the `codec` frames. ``mac`` is present only when a shared `secret` is set:
+an HMAC-SHA256 over the lengths (little-endian u64 each) and then the bytes of the sender's
+name, the receiver's name, the kind and every payload frame, so a message is bound to its
+claimed sender and recipient.
+
+There is no replay protection, and a name is held by one connection at a time, so with only
+a secret a party that connects first under a peer's name can block that peer (its own
+messages are still rejected). A deployment on an open network uses CurveZMQ (`curve=`),
+which encrypts each connection and refuses unknown keys before any name is taken.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import logging
+import struct
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+import zmq
+import zmq.asyncio
+from zmq.utils import z85
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+from dcf.actors.codec import (
+    CodecError,
+    decode_control,
+    decode_tensor,
+    encode_control,
+    encode_tensor,
+)
+
+__all__ = ["ControlCallback", "PeerLostCallback", "TensorCallback", "Transport", "ZmqTransport"]
+
+log = logging.getLogger(__name__)
+
+TensorCallback = Callable[[str, tuple, Any, bool], None]  # (src, key, value | None, is_dead)
+ControlCallback = Callable[[str, dict, bytes | None], None]  # (src, msg, blob)
+PeerLostCallback = Callable[[str, float], None]  # (peer, seconds_silent)
+
+_TENSOR, _CONTROL, _HEARTBEAT = b"T", b"C", b"H"
+# Below this size libzmq copies anyway, and a copying send avoids the zero-copy bookkeeping
+# (a Frame object and a free callback from libzmq's io thread).
+COPY_THRESHOLD = 64 * 1024
+# Messages handled per wake-up before yielding to the event loop.
+_BURST = 256
+_NOBLOCK = int(zmq.NOBLOCK)
+# identity, mac, kind and at most two payload frames (header + buffer / msg + blob)
+_MAX_FRAMES = 5
+
+
+class Transport(Protocol):
+    """What the actors need from a transport; tests substitute in-memory fakes."""
+
+    name: str
+    on_tensor: TensorCallback | None
+    on_control: ControlCallback | None
+    on_peer_lost: PeerLostCallback | None
+
+    async def start(self) -> None: ...
+    async def close(self) -> None: ...
+    def add_peer(self, name: str, address: str) -> None: ...
+    def send_tensor(self, peer: str, key: tuple, value: Any, is_dead: bool = False) -> None: ...
+    def send_control(self, peer: str, msg: dict[str, Any], blob: bytes | None = None) -> None: ...
+
+
+@dataclass(slots=True)
+class _Peer:
+    name: str
+    address: str
+    server_key: bytes | None  # the peer ROUTER's CurveZMQ public key (z85), when curve is on
+    queue: deque[tuple[list[Any], bool, int]] = field(default_factory=deque)
+    wakeup: asyncio.Event = field(default_factory=asyncio.Event)
+    last_heard: float = 0.0
+    lost: bool = False
+    socket: zmq.asyncio.Socket | None = None
+    task: asyncio.Task[None] | None = None
+
+
+class _Reject(Exception):
+    """Internal: the message is dropped and counted under `reason`."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+class _AllowedKeys:
+    """ZAP credentials provider: only known CurveZMQ client keys may connect."""
+
+    def __init__(self) -> None:
+        self.keys: set[bytes] = set()
+
+    def callback(self, domain: str, key: bytes) -> bool:
+        return key in self.keys
+
+
+class ZmqTransport:
+    """One process endpoint: a ROUTER inbox and a DEALER per peer, on `zmq.asyncio`.
+
+    Usage::
+
+        t = ZmqTransport("worker0", secret=s)
+        t.on_tensor = lambda src, key, value, is_dead: ...
+        await t.start()                      # binds; t.address is now known
+        t.add_peer("worker1", other_address)
+        t.send_tensor("worker1", (step, edge, frame, it), array)
+        ...
+        await t.close()
+
+    Callbacks run synchronously on the event loop, in arrival order per sender; they must
+    not block. An exception in a callback is logged and counted in
+    ``stats["callback_errors"]``; it never stops the receive loop. Malformed,
+    unauthenticated or oversized messages are dropped and counted in ``stats["rejected"]``
+    (``rejections`` breaks the count down by reason). Messages from names never added as
+    peers are delivered too (authenticating senders is the job of `secret` or `curve`), but
+    only added peers are watched by heartbeats.
+
+    Args:
+        name: this endpoint's name; it is the DEALER routing id peers see as the sender.
+        bind: ZeroMQ endpoint for the ROUTER (tcp, ipc, or inproc with a shared `context`).
+        secret: shared HMAC key; when set every message carries a MAC and unauthenticated
+            messages are rejected.
+        curve: ``(public_key, secret_key, *known)`` to turn on CurveZMQ (z85 or raw
+            32-byte keys). Each item of `known` is a peer's public key (allowed to connect)
+            or a mapping ``{peer_name: public_key}`` (allowed, and used as that peer's
+            server key). A peer with no known key is assumed to share this keypair.
+        heartbeat_interval_s: how often a heartbeat goes to each idle peer.
+        heartbeat_timeout_s: silence after which `on_peer_lost` is called (once per silence).
+        max_message_bytes: largest accepted message (all frames together); libzmq also
+            drops the connection of a peer that sends a larger single frame.
+        clock: monotonic time source in seconds (tests inject a fake one).
+        context: a shared ``zmq.asyncio.Context`` (needed for inproc); it is not
+            terminated on close. By default the transport owns a private context.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        bind: str = "tcp://127.0.0.1:*",
+        secret: bytes | None = None,
+        curve: tuple[Any, ...] | None = None,
+        heartbeat_interval_s: float = 0.5,
+        heartbeat_timeout_s: float = 5.0,
+        max_message_bytes: int = 1 << 31,
+        clock: Callable[[], float] = time.monotonic,
+        on_tensor: TensorCallback | None = None,
+        on_control: ControlCallback | None = None,
+        on_peer_lost: PeerLostCallback | None = None,
+        context: zmq.asyncio.Context | None = None,
+    ) -> None:
+        ident = name.encode("utf-8")
+        if not ident or ident[0] == 0 or len(ident) > 255:
+            # libzmq reserves identities starting with a zero byte for anonymous peers
+            raise ValueError(
+                f"transport name must be 1-255 UTF-8 bytes not starting with NUL, got {name!r}"
+            )
+        if curve is not None and context is not None:
+            raise ValueError("curve needs the transport's own context (one ZAP handler each)")
+        self.name = name
+        self.bind = bind
+        self.heartbeat_interval_s = heartbeat_interval_s
+        self.heartbeat_timeout_s = heartbeat_timeout_s
+        self.max_message_bytes = max_message_bytes
+        self.on_tensor = on_tensor
+        self.on_control = on_control
+        self.on_peer_lost = on_peer_lost
+        self.stats: dict[str, int] = dict.fromkeys(
+            ("sent", "sent_bytes", "received", "received_bytes", "rejected", "callback_errors"), 0
+        )
+        self.rejections: Counter[str] = Counter()
+        self._ident = ident
+        self._clock = clock
+        self._mac_base = hmac.new(secret, digestmod=hashlib.sha256) if secret is not None else None
+        self._peers: dict[str, _Peer] = {}
+        self._context = context
+        self._owns_context = context is None
+        self._router: zmq.asyncio.Socket | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._auth: Any = None
+        self._address: str | None = None
+        self._started = False
+        self._closed = False
+        self._curve: tuple[bytes, bytes] | None = None
+        self._peer_keys: dict[str, bytes] = {}
+        self._allowed = _AllowedKeys()
+        if curve is not None:
+            self._init_curve(curve)
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    @property
+    def address(self) -> str:
+        """The ROUTER's actual endpoint (wildcard port resolved); known after `start()`."""
+        if self._address is None:
+            raise RuntimeError(f"transport {self.name!r} has no address until start() binds it")
+        return self._address
+
+    async def start(self) -> None:
+        """Bind the ROUTER, connect peers added so far, start the receive/heartbeat tasks."""
+        if self._closed:
+            raise RuntimeError(f"transport {self.name!r} is closed")
+        if self._started:
+            return
+        self._started = True
+        try:
+            self._open()
+        except BaseException:
+            await self.close()  # e.g. the bind address is taken: leave nothing open
+            raise
+
+    def _open(self) -> None:
+        if self._context is None:
+            self._context = zmq.asyncio.Context()
+        if self._curve is not None:
+            # The ZAP handler must be up before the ROUTER accepts a handshake.
+            from zmq.auth.asyncio import AsyncioAuthenticator
+
+            self._auth = AsyncioAuthenticator(self._context)
+            self._auth.start()
+            self._auth.configure_curve_callback("*", self._allowed)
+        router = self._context.socket(zmq.ROUTER)
+        router.linger = 0
+        router.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
+        # ROUTER_HANDOVER stays off: with it, anyone could connect under a live peer's name
+        # and take its route over (messages from the real peer would be lost). A restarted
+        # peer's old connection closes with its process, so its name is free again.
+        if self._curve is not None:
+            router.curve_server = True
+            router.curve_publickey, router.curve_secretkey = self._curve
+        self._router = router
+        router.bind(self.bind)
+        self._address = router.getsockopt_string(zmq.LAST_ENDPOINT)
+        now = self._clock()
+        for peer in self._peers.values():
+            peer.last_heard = now  # silence is counted from start, not from add_peer
+            self._connect(peer)
+        self._tasks = [
+            asyncio.create_task(self._recv_loop(), name=f"dcf-transport-recv-{self.name}"),
+            asyncio.create_task(self._heartbeat_loop(), name=f"dcf-transport-hb-{self.name}"),
+        ]
+
+    async def close(self) -> None:
+        """Stop all tasks, close sockets (linger 0) and the owned context. Idempotent.
+
+        Messages still queued for sending are discarded.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        tasks = self._tasks + [p.task for p in self._peers.values() if p.task is not None]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for peer in self._peers.values():
+            if peer.socket is not None:
+                peer.socket.close(linger=0)
+            peer.queue.clear()
+        if self._router is not None:
+            if self._address is not None:
+                # close() frees the endpoint later, on libzmq's reaper thread; unbind frees
+                # it now, so the address can be bound again at once in a shared context.
+                with contextlib.suppress(zmq.ZMQError):
+                    self._router.unbind(self._address)
+            self._router.close(linger=0)
+        if self._auth is not None:
+            self._auth.stop()
+            # Let the authenticator's cancelled poll task unwind (it unregisters its reader)
+            # before the context goes away.
+            for _ in range(3):
+                await asyncio.sleep(0)
+        if self._owns_context and self._context is not None:
+            self._context.destroy(linger=0)  # closes anything left, then terminates
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- peers -----------------------------------------------------------------------------
+
+    def add_peer(self, name: str, address: str, *, public_key: bytes | str | None = None) -> None:
+        """Connect a DEALER to peer `name` at `address`; messages to it queue until then.
+
+        Adding the same (name, address) again is a no-op. With CurveZMQ, `public_key` is
+        the peer's key (else the one from `curve=`, else this transport's own key), and it
+        is also allowed to connect here.
+
+        Raises:
+            ValueError: `name` is already a peer at another address.
+            RuntimeError: the transport is closed.
+        """
+        if self._closed:
+            raise RuntimeError(f"transport {self.name!r} is closed")
+        old = self._peers.get(name)
+        if old is not None:
+            if old.address != address:
+                raise ValueError(
+                    f"peer {name!r} is already at {old.address}; remove_peer() it before "
+                    f"adding it at {address}"
+                )
+            return
+        server_key = None
+        if self._curve is not None:
+            server_key = (
+                _z85(public_key)
+                if public_key is not None
+                else self._peer_keys.get(name, self._curve[0])
+            )
+            self._allowed.keys.add(server_key)
+        peer = _Peer(name, address, server_key, last_heard=self._clock())
+        self._peers[name] = peer
+        if self._started:
+            self._connect(peer)
+
+    def remove_peer(self, name: str) -> None:
+        """Disconnect from peer `name`, dropping its queued messages. Unknown names are ignored."""
+        peer = self._peers.pop(name, None)
+        if peer is None:
+            return
+        if peer.task is not None:
+            peer.task.cancel()
+        if peer.socket is not None:
+            peer.socket.close(linger=0)
+        peer.queue.clear()
+
+    @property
+    def peers(self) -> dict[str, str]:
+        """Peer name -> address."""
+        return {p.name: p.address for p in self._peers.values()}
+
+    # -- sending ---------------------------------------------------------------------------
+
+    def send_tensor(self, peer: str, key: tuple, value: Any, is_dead: bool = False) -> None:
+        """Queue a tensor (or a dead token) for `peer`; returns without waiting.
+
+        A contiguous array is sent without a copy, so it must not be mutated afterwards.
+
+        Raises:
+            CodecError: the key or dtype cannot be encoded (see `codec.encode_tensor`).
+            KeyError: `peer` was never added.
+            ValueError: the message exceeds `max_message_bytes`.
+        """
+        self._enqueue(peer, _TENSOR, encode_tensor(key, value, is_dead=is_dead))
+
+    def send_control(self, peer: str, msg: dict[str, Any], blob: bytes | None = None) -> None:
+        """Queue a control message (msgpack dict, optional opaque blob) for `peer`.
+
+        Raises:
+            CodecError: `msg` is not plain msgpack data or is too large.
+            KeyError: `peer` was never added.
+            ValueError: the message exceeds `max_message_bytes`.
+        """
+        self._enqueue(peer, _CONTROL, encode_control(msg, blob))
+
+    def _enqueue(self, peer_name: str, kind: bytes, payload: list[Any]) -> None:
+        if self._closed:
+            raise RuntimeError(f"transport {self.name!r} is closed")
+        peer = self._peers.get(peer_name)
+        if peer is None:
+            raise KeyError(f"unknown peer {peer_name!r}; add it with add_peer(name, address)")
+        frames = [kind, *payload]
+        if self._mac_base is not None:
+            frames.insert(0, self._mac(self._ident, peer_name.encode(), frames))
+        sizes = [len(f) for f in frames]  # memoryviews from the codec are flat bytes
+        nbytes = sum(sizes)
+        if nbytes > self.max_message_bytes:
+            raise ValueError(
+                f"message to {peer_name!r} is {nbytes} bytes; max_message_bytes is "
+                f"{self.max_message_bytes}"
+            )
+        peer.queue.append((frames, max(sizes) < COPY_THRESHOLD, nbytes))
+        peer.wakeup.set()
+
+    def _connect(self, peer: _Peer) -> None:
+        assert self._context is not None
+        sock = self._context.socket(zmq.DEALER)
+        sock.linger = 0
+        sock.routing_id = self._ident
+        if self._curve is not None:
+            sock.curve_publickey, sock.curve_secretkey = self._curve
+            sock.curve_serverkey = peer.server_key
+        sock.connect(peer.address)
+        peer.socket = sock
+        peer.task = asyncio.create_task(
+            self._drain(peer, sock), name=f"dcf-transport-send-{self.name}-{peer.name}"
+        )
+
+    async def _drain(self, peer: _Peer, sock: zmq.asyncio.Socket) -> None:
+        queue, wakeup, stats = peer.queue, peer.wakeup, self.stats
+        # Fast path: a plain (sync) shadow of the same libzmq socket sends without making a
+        # future per message; only a full pipe (EAGAIN) falls back to the awaited send.
+        send_now = zmq.Socket.shadow(sock.underlying).send_multipart
+        try:
+            while True:
+                burst = 0
+                while queue:
+                    frames, copy, nbytes = queue.popleft()
+                    try:
+                        send_now(frames, _NOBLOCK, copy=copy)
+                    except zmq.Again:
+                        await sock.send_multipart(frames, copy=copy)
+                    stats["sent"] += 1
+                    stats["sent_bytes"] += nbytes
+                    burst += 1
+                    if burst == _BURST:  # bounded burst, then let the receiver run
+                        burst = 0
+                        await asyncio.sleep(0)
+                # No await between the emptiness check and clear(): an enqueue cannot be lost.
+                wakeup.clear()
+                await wakeup.wait()
+        except zmq.ZMQError as e:  # socket closed under us (remove_peer/close)
+            log.debug("transport %s: sender to %s stopped: %s", self.name, peer.name, e)
+
+    # -- receiving -------------------------------------------------------------------------
+
+    async def _recv_loop(self) -> None:
+        assert self._router is not None
+        recv, handle = self._router.recv_multipart, self._handle
+        # Fast path as in _drain: once awake, take what is already queued with plain
+        # non-blocking receives, a bounded burst at a time so other tasks still run.
+        recv_now = zmq.Socket.shadow(self._router.underlying).recv_multipart
+        try:
+            while True:
+                handle(await recv(copy=False))
+                for _ in range(_BURST):
+                    try:
+                        frames = recv_now(_NOBLOCK, copy=False)
+                    except zmq.Again:
+                        break
+                    handle(frames)
+                else:
+                    await asyncio.sleep(0)
+        except zmq.ZMQError as e:
+            log.debug("transport %s: receive loop stopped: %s", self.name, e)
+
+    def _handle(self, frames: list[zmq.Frame]) -> None:
+        """Validate, decode and dispatch one message; never raises."""
+        try:
+            src, kind, payload, nbytes = self._verify(frames)
+            if kind is _TENSOR:
+                key, value, is_dead = decode_tensor(payload)
+            elif kind is _CONTROL:
+                msg, blob = decode_control(payload)
+            elif payload:
+                raise _Reject("heartbeat with payload")
+        except _Reject as r:
+            self._reject(r.reason)
+            return
+        except CodecError as e:
+            self._reject("codec", e)
+            return
+        except Exception as e:  # a bug here must not kill the loop; count it and go on
+            log.exception("transport %s: unexpected error handling a message", self.name)
+            self._reject("internal", e)
+            return
+        stats = self.stats
+        stats["received"] += 1
+        stats["received_bytes"] += nbytes
+        peer = self._peers.get(src)
+        if peer is not None:
+            peer.last_heard = self._clock()
+            peer.lost = False
+        try:
+            if kind is _TENSOR and self.on_tensor is not None:
+                self.on_tensor(src, key, value, is_dead)
+            elif kind is _CONTROL and self.on_control is not None:
+                self.on_control(src, msg, blob)
+        except Exception:
+            stats["callback_errors"] += 1
+            log.exception("transport %s: callback failed on a message from %s", self.name, src)
+
+    def _verify(self, frames: list[zmq.Frame]) -> tuple[str, bytes, list[Any], int]:
+        """Check size, sender identity and MAC; return (src, kind, payload frames, bytes)."""
+        if len(frames) > _MAX_FRAMES:
+            raise _Reject("frame count")
+        nbytes = sum(len(f) for f in frames) - len(frames[0])  # as counted by the sender
+        if nbytes > self.max_message_bytes:
+            raise _Reject("oversized")
+        ident = frames[0].bytes
+        # Zero-led identities are the ones libzmq makes up for a DEALER without a routing
+        # id: not a dcf transport.
+        if not ident or ident[0] == 0:
+            raise _Reject("identity")
+        try:
+            src = ident.decode("utf-8")
+        except UnicodeDecodeError:
+            raise _Reject("identity") from None
+        body = frames[1:]
+        if self._mac_base is not None:
+            if len(body) < 2:
+                raise _Reject("mac")
+            expected = self._mac(ident, self._ident, body[1:])
+            if not hmac.compare_digest(body[0].bytes, expected):
+                raise _Reject("mac")
+            body = body[1:]
+        if not body:
+            raise _Reject("kind")
+        kind_bytes = body[0].bytes
+        # Map to the module constants so dispatch can compare with `is`.
+        for kind in (_TENSOR, _CONTROL, _HEARTBEAT):
+            if kind_bytes == kind:
+                return src, kind, body[1:], nbytes
+        raise _Reject("kind")
+
+    def _reject(self, reason: str, exc: BaseException | None = None) -> None:
+        self.stats["rejected"] += 1
+        self.rejections[reason] += 1
+        log.debug("transport %s: rejected a message (%s): %s", self.name, reason, exc)
+
+    def _mac(self, src: bytes, dst: bytes, frames: Iterable[Any]) -> bytes:
+        assert self._mac_base is not None
+        parts = (src, dst, *frames)
+        h = self._mac_base.copy()  # copy() skips re-deriving the keyed pads per message
+        # All lengths first (so the framing is unambiguous), then the bytes: one update per
+        # part, without joining (and copying) large frames.
+        h.update(struct.pack(f"<{len(parts)}Q", *map(len, parts)))
+        for part in parts:
+            h.update(part)
+        return h.digest()
+
+    # -- heartbeats ------------------------------------------------------------------------
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_interval_s)
+            for peer in list(self._peers.values()):
+                # A peer with queued traffic will hear from us anyway.
+                if not peer.queue:
+                    self._enqueue(peer.name, _HEARTBEAT, [])
+            self.check_peers()
+
+    def check_peers(self) -> list[str]:
+        """Call `on_peer_lost` for each peer silent longer than the timeout; return them.
+
+        Called every heartbeat interval; tests call it directly with a fake clock. A peer
+        is reported once per silence: it is reported again only after it has been heard.
+        """
+        now = self._clock()
+        lost = []
+        for peer in list(self._peers.values()):
+            silent = now - peer.last_heard
+            if not peer.lost and silent >= self.heartbeat_timeout_s:
+                peer.lost = True
+                lost.append(peer.name)
+                if self.on_peer_lost is not None:
+                    try:
+                        self.on_peer_lost(peer.name, silent)
+                    except Exception:
+                        self.stats["callback_errors"] += 1
+                        log.exception("transport %s: on_peer_lost failed", self.name)
+        return lost
+
+    # -- CurveZMQ --------------------------------------------------------------------------
+
+    def _init_curve(self, curve: tuple[Any, ...]) -> None:
+        if not zmq.has("curve"):
+            raise RuntimeError("this libzmq was built without CurveZMQ support")
+        if len(curve) < 2:
+            raise ValueError("curve must be (public_key, secret_key, *known_peer_keys)")
+        public, secret = _z85(curve[0]), _z85(curve[1])
+        self._curve = (public, secret)
+        self._allowed.keys.add(public)
+        for known in curve[2:]:
+            if isinstance(known, Mapping):
+                for peer_name, key in known.items():
+                    self._peer_keys[peer_name] = _z85(key)
+                    self._allowed.keys.add(self._peer_keys[peer_name])
+            else:
+                self._allowed.keys.add(_z85(known))
+
+
+def _z85(key: bytes | str) -> bytes:
+    """A CurveZMQ key in the z85 text form libzmq and the ZAP callback use."""
+    if isinstance(key, str):
+        key = key.encode("ascii")
+    if len(key) == 32:
+        return z85.encode(key)
+    if len(key) == 40:
+        return bytes(key)
+    raise ValueError(f"a CurveZMQ key is 32 raw bytes or 40 z85 characters, got {len(key)} bytes")

@@ -1,0 +1,181 @@
+"""Gradients of whole control-flow constructs.
+
+cond: a gradient cond on the forward predicate; each branch differentiates the
+forward branch it mirrors and returns a gradient for every tensor either branch
+captured (zeros for one it did not use), so an input used only by the untaken branch
+gets zeros.
+
+while_loop: a backward loop that runs the forward trip count in reverse. Its loop
+variables are the counter, the gradient of each differentiable loop variable, and an
+accumulator per loop constant (and per requested x inside the loop) that gradients
+flow to; values it needs from the forward loop come from stacks (loop_state.py).
+
+The primitives themselves (Switch, Merge, Enter, Exit, NextIteration) are never
+differentiated one by one: the table below makes that explicit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dcf import dtypes
+from dcf.autodiff.gradients import GradState, _inside, differentiable, vjp
+from dcf.autodiff.loop_state import GradCondContext, GradWhileContext, forward_counter
+from dcf.control_flow import CondInfo, WhileContext, cond, while_loop
+from dcf.graph import Tensor
+from dcf.ops.registry import RegisterGradient
+
+__all__ = ["cond_grad", "while_grad"]
+
+
+def _structural(op_type: str):
+    def grad(op: Any, *grads: Any) -> list:
+        raise LookupError(
+            f"{op_type} '{op.name}' is differentiated as part of its cond/while_loop; it was "
+            "reached on its own, which means the graph was not built with dcf.cond / "
+            "dcf.while_loop")
+    return grad
+
+
+# Control primitives: their gradients are built per construct (cond_grad/while_grad).
+for _t in ("Switch", "Merge", "Enter", "Exit", "NextIteration"):
+    RegisterGradient(_t)(_structural(_t))
+RegisterGradient("Identity")(lambda op, g: [g])
+RegisterGradient("Print")(lambda op, g: [g] + [None] * (len(op.inputs) - 1))
+
+
+def _zeros_like(t: Tensor) -> Tensor:
+    from dcf.ops.array_ops import zeros_like
+
+    return zeros_like(t)
+
+
+def _grad_classes(g: Any, cond_cls: Any = None, while_cls: Any = None):
+    class _Swap:
+        def __enter__(self) -> None:
+            self.old = (getattr(g, "_cond_ctx_class", None), getattr(g, "_while_ctx_class", None))
+            g._cond_ctx_class = cond_cls
+            g._while_ctx_class = while_cls
+
+        def __exit__(self, *exc: Any) -> None:
+            g._cond_ctx_class, g._while_ctx_class = self.old
+    return _Swap()
+
+
+def _targets_inside(state: GradState, ctx: Any) -> list[Tensor]:
+    return [x for x in state.targets if _inside(x, ctx)]
+
+
+# ------------------------------------------------------------------------ cond
+def cond_grad(state: GradState, info: CondInfo, inputs: list[Tensor],
+              out_grads: list) -> tuple[list, dict]:
+    g = state.graph
+    branch_ins: dict[int, list[tuple[Tensor, Tensor]]] = {}
+    for b in (1, 0):
+        branch_ins[b] = [(sw_out.op.inputs[0], sw_out)
+                         for sw_out in info.branches[b]._captured.values()]
+    ext = inputs  # same order as the unit's inputs: true branch's, then false branch's
+    outs = [m.outputs[0] for m in info.merges]
+    diff = [k for k, o in enumerate(outs) if differentiable(o)]
+    gy = {}
+    for k in diff:
+        gy[k] = out_grads[k] if out_grads[k] is not None else _zeros_like(outs[k])
+    targets = {b: _targets_inside(state, info.branches[b]) for b in (0, 1)}
+    all_targets = targets[1] + [t for t in targets[0] if t not in targets[1]]
+
+    def branch_fn(b: int):
+        def fn() -> list:
+            ys = [info.results[b][k] for k in diff]
+            sw = [s for _, s in branch_ins[b]]
+            xs = sw + targets[b]
+            with _grad_classes(g):
+                grads = vjp(state, ys, xs, [gy[k] for k in diff], level=info.branches[b])
+            by_switch = dict(zip(sw, grads[:len(sw)]))
+            offset = 0 if b == 1 else len(branch_ins[1])
+            res = []
+            for k, t in enumerate(ext):
+                j = k - offset
+                gv = by_switch.get(branch_ins[b][j][1]) if 0 <= j < len(branch_ins[b]) else None
+                res.append(gv if gv is not None else _zeros_like(t))
+            tg = dict(zip(targets[b], grads[len(sw):]))
+            for t in all_targets:
+                gv = tg.get(t)
+                res.append(gv if gv is not None else _zeros_like_static(t))
+            return [r for r, t in zip(res, ext + all_targets)
+                    if differentiable(t)]
+        return fn
+
+    def factory(pred: Tensor, branch: int, name: str, outer: Any) -> GradCondContext:
+        return GradCondContext(pred, branch, name, outer, info.branches[branch])
+
+    keep = [t for t in ext + all_targets if differentiable(t)]
+    if not keep:
+        return [None] * len(inputs), {}
+    with _grad_classes(g, cond_cls=factory):
+        res = cond(info.pred, branch_fn(1), branch_fn(0), name=f"{info.name}_grad")
+    res = list(res) if isinstance(res, (list, tuple)) else [res]
+    it = iter(res)
+    full = [next(it) if differentiable(t) else None for t in ext + all_targets]
+    return full[:len(ext)], dict(zip(all_targets, full[len(ext):]))
+
+
+def _zeros_like_static(t: Tensor) -> Tensor:
+    """Zeros shaped like a tensor that lives deeper than here (a variable read)."""
+    from dcf.ops.array_ops import zeros
+
+    shape = t.op.attrs.get("shape") if t.op.type == "ReadVariableOp" else t.shape
+    if shape is None or any(d is None for d in shape):
+        raise ValueError(
+            f"gradients: cannot make the gradient accumulator of '{t.name}' inside a "
+            "cond/while_loop: its shape is not known statically")
+    return zeros(shape, dtype=t.dtype)
+
+
+# ---------------------------------------------------------------------- while
+def while_grad(state: GradState, w: WhileContext, inputs: list[Tensor],
+               out_grads: list) -> tuple[list, dict]:
+    g = state.graph
+    if not w.back_prop:
+        raise ValueError(f"gradients: while_loop '{w.frame_name}' was built with "
+                         "back_prop=False; it cannot be differentiated")
+    n_vars = len(w.enters)
+    exits = [x.outputs[0] for x in w.exits]
+    diff = [k for k in range(n_vars) if differentiable(exits[k])]
+    consts = [ce for ce in w.const_enters if differentiable(ce.outputs[0])]
+    targets = _targets_inside(state, w)
+    if not diff and not targets:
+        return [None] * len(inputs), {}
+    count, sync = forward_counter(w)
+    d0 = [out_grads[k] if out_grads[k] is not None else _zeros_like(exits[k]) for k in diff]
+    acc0 = [_zeros_like(ce.inputs[0]) for ce in consts]
+    tacc0 = [_zeros_like_static(t) for t in targets]
+
+    def factory(frame_name: str, pi: int, back_prop: bool, swap: bool, outer: Any):
+        return GradWhileContext(frame_name, pi, back_prop, swap, outer, w, sync)
+
+    def body(n: Tensor, dvs: list, accs: list, taccs: list) -> tuple:
+        ys = [w.body_results[k] for k in diff]
+        bins = [w.body_inputs[k].outputs[0] for k in diff]
+        cins = [ce.outputs[0] for ce in consts]
+        with _grad_classes(g):  # nested constructs inside get their own classes
+            grads = vjp(state, ys, bins + cins + targets, list(dvs), level=w)
+        gb = grads[:len(bins)]
+        gc = grads[len(bins):len(bins) + len(cins)]
+        gt = grads[len(bins) + len(cins):]
+        new_dv = [gv if gv is not None else _zeros_like(b) for gv, b in zip(gb, bins)]
+        new_acc = [a + gv if gv is not None else a for a, gv in zip(accs, gc)]
+        new_tacc = [a + gv if gv is not None else a for a, gv in zip(taccs, gt)]
+        return n - 1, new_dv, new_acc, new_tacc
+
+    with _grad_classes(g, while_cls=factory):
+        res = while_loop(lambda n, *_: n > 0, body, (count, d0, acc0, tacc0),
+                         parallel_iterations=w.parallel_iterations, back_prop=True,
+                         swap_memory=w.swap_memory, name=f"{w.frame_name}_grad",
+                         _lenient_shapes=True)
+    _, dv, acc, tacc = res
+    in_grads: list = [None] * len(inputs)
+    for k, gv in zip(diff, dv):
+        in_grads[k] = gv
+    for ce, gv in zip(consts, acc):
+        in_grads[n_vars + w.const_enters.index(ce)] = gv
+    return in_grads, dict(zip(targets, tacc))

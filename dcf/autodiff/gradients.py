@@ -1,0 +1,348 @@
+"""gradients(ys, xs): reverse-mode differentiation of a graph, through control flow.
+
+The reverse walk works on *units* at one level of nesting: an op of that level, a
+whole cond (its Merges are the outputs, the tensors it captured the inputs), or a
+whole while_loop (Exits out, Enters in). A unit's gradient is built by its own rule:
+ops by their registered gradient function, conds by a gradient cond on the forward
+predicate (control_flow_grad.py), loops by a backward loop that runs the forward
+trip count in reverse (loop_state.py). Building gradients only adds ops.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from dcf import dtypes, nest
+from dcf.control_flow import CondInfo, WhileContext
+from dcf.graph import Graph, Operation, Tensor, get_default_graph
+from dcf.ops.registry import GRADIENTS, convert_to_tensor
+
+__all__ = ["gradients", "GradState", "vjp", "differentiable", "sum_grads"]
+
+_call_ids = itertools.count()
+
+
+def differentiable(t: Tensor) -> bool:
+    dt = t.dtype
+    return dt.is_floating or dt is dtypes.variant
+
+
+class GradState:
+    """Bookkeeping of one gradients() call."""
+
+    def __init__(self, graph: Graph, source: str, targets: set[Tensor]) -> None:
+        self.graph = graph
+        self.source = source          # names this call's gradient TensorArrays
+        self.targets = targets        # every x asked for (also those inside loops)
+
+
+_ACTIVE: list[GradState] = []
+
+
+def active_state() -> GradState:
+    if not _ACTIVE:
+        raise RuntimeError("no gradients() call is being built")
+    return _ACTIVE[-1]
+
+
+def gradients(ys: Any, xs: Any, grad_ys: Any = None, name: str | None = None,
+              stop_gradients: Any = None) -> list[Tensor | None]:
+    """d(sum(ys))/d(x) for each x in xs, as graph tensors.
+
+    ys, xs: tensors (or Variables among xs) or lists of them. grad_ys: the incoming
+    gradient of each y (default: ones). Returns one tensor per x: None only where no
+    path leads from x to any y; an x used only in a branch that was not taken gets
+    zeros. Works through cond, case, while_loop, TensorArray, map_fn/foldl/foldr/scan.
+    """
+    g = get_default_graph()
+    ys_l = [convert_to_tensor(y) for y in nest.flatten(ys)]
+    xs_in = nest.flatten(xs) if isinstance(xs, (list, tuple)) else [xs]
+    if ys_l:
+        g = ys_l[0].graph
+    if grad_ys is None:
+        gy_l: list = [None] * len(ys_l)
+    else:
+        gy_l = [None if v is None else convert_to_tensor(v) for v in nest.flatten(grad_ys)]
+        if len(gy_l) != len(ys_l):
+            raise ValueError(f"gradients: {len(ys_l)} ys but {len(gy_l)} grad_ys")
+    stops = {convert_to_tensor(s) for s in nest.flatten(stop_gradients)} if stop_gradients \
+        else set()
+    with g.as_default(), g.name_scope(name or "gradients"):
+        x_groups = [_resolve_x(x) for x in xs_in]
+        targets = {t for grp in x_groups for t in grp}
+        state = GradState(g, f"{g._scope}grad{next(_call_ids)}", targets)
+        _ACTIVE.append(state)
+        try:
+            if g._ctx is not None:
+                raise ValueError("call gradients() outside cond/while_loop bodies")
+            gy_full = []
+            for y, gy in zip(ys_l, gy_l):
+                if gy is None:
+                    from dcf.ops.array_ops import ones_like
+                    gy = ones_like(y) if differentiable(y) else None
+                gy_full.append(gy)
+            flat_x = [t for grp in x_groups for t in grp]
+            grads = vjp(state, ys_l, flat_x, gy_full, level=None, stops=stops)
+        finally:
+            _ACTIVE.pop()
+        out: list[Tensor | None] = []
+        k = 0
+        for grp in x_groups:
+            parts = [grads[k + i] for i in range(len(grp)) if grads[k + i] is not None]
+            k += len(grp)
+            out.append(sum_grads(parts) if parts else None)
+        return out
+
+
+def _resolve_x(x: Any) -> list[Tensor]:
+    """A Variable stands for every read of it (also reads inside loops)."""
+    if isinstance(x, Tensor):
+        return [x]
+    handle = getattr(x, "handle", None)
+    if handle is None:
+        return [convert_to_tensor(x)]
+    g = handle.graph
+    handles = {handle}
+    changed = True
+    while changed:  # follow the handle through Enter/Identity/Switch into loops and conds
+        changed = False
+        for op in g._ops:
+            if op.type in ("Enter", "Identity", "Switch") and op.inputs and \
+                    op.inputs[0] in handles:
+                for o in op.outputs:
+                    if o not in handles:
+                        handles.add(o)
+                        changed = True
+    return [op.outputs[0] for op in g._ops if op.type == "ReadVariableOp"
+            and op.inputs[0] in handles]
+
+
+def sum_grads(parts: list[Tensor]) -> Tensor:
+    if len(parts) == 1:
+        return parts[0]
+    if parts[0].dtype is dtypes.variant:
+        # flows only order TensorArray work: wait for all of them
+        from dcf.ops.control_ops import identity
+
+        with parts[0].graph.control_dependencies([p.op for p in parts[1:]]):
+            return identity(parts[0])
+    from dcf.ops.math_ops import add_n
+
+    return add_n(parts)
+
+
+# --------------------------------------------------------------------- units
+class _Unit:
+    __slots__ = ("kind", "obj", "outputs", "inputs")
+
+    def __init__(self, kind: str, obj: Any, outputs: list[Tensor], inputs: list[Tensor]) -> None:
+        self.kind = kind
+        self.obj = obj
+        self.outputs = outputs
+        self.inputs = inputs
+
+
+def _child_below(ctx: Any, level: Any) -> Any:
+    """The context directly below `level` on `ctx`'s chain (None if ctx is level)."""
+    prev = None
+    c = ctx
+    while c is not None and c is not level:
+        prev, c = c, c.outer
+    if c is not level:
+        raise ValueError("tensor is not inside the level being differentiated")
+    return prev
+
+
+class _Units:
+    """Unit lookup at one level, memoised."""
+
+    def __init__(self, level: Any, graph: Graph) -> None:
+        self.level = level
+        self.graph = graph
+        self.by_key: dict[Any, _Unit] = {}
+
+    def of(self, t: Tensor) -> _Unit | None:
+        op = t.op
+        if op.type == "Exit" and op.frame_ctx is not None:
+            start = op.frame_ctx
+        elif op in self.graph._cond_of_merge and \
+                self.graph._cond_of_merge[op].outer is self.level:
+            return self._cond(self.graph._cond_of_merge[op])
+        else:
+            start = op.ctx
+        try:
+            child = _child_below(start, self.level)
+        except ValueError:
+            return None  # lives outside this level: a leaf here
+        if child is None:
+            return self._op(op)
+        if isinstance(child, WhileContext):
+            return self._while(child)
+        return self._cond(child.info)
+
+    def _op(self, op: Operation) -> _Unit:
+        u = self.by_key.get(op)
+        if u is None:
+            u = self.by_key[op] = _Unit("op", op, list(op.outputs), list(op.inputs))
+        return u
+
+    def _while(self, w: WhileContext) -> _Unit:
+        u = self.by_key.get(w)
+        if u is None:
+            ins = [e.inputs[0] for e in w.enters] + [e.inputs[0] for e in w.const_enters]
+            u = self.by_key[w] = _Unit("while", w, [x.outputs[0] for x in w.exits], ins)
+        return u
+
+    def _cond(self, info: CondInfo) -> _Unit:
+        u = self.by_key.get(info)
+        if u is None:
+            ins = []
+            for b in (1, 0):
+                for sw_out in info.branches[b]._captured.values():
+                    ins.append(sw_out.op.inputs[0])
+            u = self.by_key[info] = _Unit("cond", info, [m.outputs[0] for m in info.merges], ins)
+        return u
+
+
+def _inside(t: Tensor, ctx: Any) -> bool:
+    """Whether t's value lives in ctx or in a context nested in it."""
+    c = t.op.frame_ctx if t.op.type == "Exit" else t.op.ctx
+    while c is not None:
+        if c is ctx:
+            return True
+        c = c.outer
+    return False
+
+
+def vjp(state: GradState, ys: list[Tensor], xs: list[Tensor], grad_ys: list,
+        level: Any, stops: set | None = None) -> list[Tensor | None]:
+    """Gradients of ys (weighted by grad_ys) w.r.t. xs, all at nesting `level`.
+
+    Targets of the whole gradients() call that live inside a nested loop/cond are
+    collected by that construct's rule and returned with the xs they stand for.
+    """
+    stops = stops or set()
+    units = _Units(level, state.graph)
+    xset = set(xs)
+    # Backward reachability from ys over units, stopping at xs and stop-gradients.
+    order: list[_Unit] = []
+    seen: set[int] = set()
+    reaches: dict[int, bool] = {}
+
+    def visit(u: _Unit) -> bool:
+        k = id(u)
+        if k in reaches:
+            return reaches[k]
+        reaches[k] = False  # cycles cannot happen at one level
+        r = False
+        if u.kind != "op" and any(_inside(x, u.obj if u.kind == "while" else None)
+                                  for x in state.targets) and _has_inner_target(u, state):
+            r = True
+        for t in u.inputs:
+            if t in stops:
+                continue
+            if t in xset:
+                r = True
+            pu = units.of(t)
+            if pu is not None and t not in xset:
+                if visit(pu):
+                    r = True
+        reaches[k] = r
+        if r and k not in seen:
+            seen.add(k)
+            order.append(u)
+        return r
+
+    grads: dict[Tensor, list[Tensor]] = {}
+    for y, gy in zip(ys, grad_ys):
+        if gy is None or not differentiable(y):
+            continue
+        grads.setdefault(y, []).append(gy)
+        if y in xset:
+            continue
+        u = units.of(y)
+        if u is not None:
+            visit(u)
+    # Pending: how many between-units consume each unit's outputs.
+    between = {id(u) for u in order}
+    pending: dict[int, int] = {id(u): 0 for u in order}
+    producer: dict[Tensor, _Unit] = {}
+    for u in order:
+        for t in u.outputs:
+            producer[t] = u
+    for u in order:
+        for t in u.inputs:
+            if t in xset or t in stops:
+                continue
+            pu = units.of(t)
+            if pu is not None and id(pu) in between:
+                pending[id(pu)] += 1
+    ready = [u for u in order if pending[id(u)] == 0]
+    done: set[int] = set()
+    inner: dict[Tensor, list[Tensor]] = {}
+    while ready:
+        u = ready.pop()
+        done.add(id(u))
+        out_grads = []
+        for t in u.outputs:
+            parts = grads.get(t)
+            out_grads.append(sum_grads(parts) if parts else None)
+        in_grads, extra = _unit_grad(state, u, out_grads)
+        for t, gi in zip(u.inputs, in_grads):
+            if gi is not None and t not in stops and differentiable(t):
+                grads.setdefault(t, []).append(gi)
+        for t, gi in extra.items():
+            if gi is not None:
+                inner.setdefault(t, []).append(gi)
+        for t in u.inputs:
+            if t in xset or t in stops:
+                continue
+            pu = units.of(t)
+            if pu is not None and id(pu) in between and id(pu) not in done:
+                pending[id(pu)] -= 1
+                if pending[id(pu)] == 0:
+                    ready.append(pu)
+    result = []
+    for x in xs:
+        parts = list(grads.get(x, ())) + list(inner.get(x, ()))
+        result.append(sum_grads(parts) if parts else None)
+    return result
+
+
+def _has_inner_target(u: _Unit, state: GradState) -> bool:
+    if u.kind == "while":
+        return any(_inside(x, u.obj) for x in state.targets)
+    info = u.obj
+    return any(_inside(x, info.branches[b]) for b in (0, 1) for x in state.targets)
+
+
+def _unit_grad(state: GradState, u: _Unit, out_grads: list) -> tuple[list, dict]:
+    if all(g is None for g in out_grads):
+        return [None] * len(u.inputs), {}
+    if u.kind == "op":
+        return _op_grad(u.obj, out_grads), {}
+    from dcf.autodiff import control_flow_grad
+
+    if u.kind == "cond":
+        return control_flow_grad.cond_grad(state, u.obj, u.inputs, out_grads)
+    return control_flow_grad.while_grad(state, u.obj, u.inputs, out_grads)
+
+
+def _op_grad(op: Operation, out_grads: list) -> list:
+    if op.type not in GRADIENTS:
+        raise LookupError(
+            f"no gradient registered for op type '{op.type}' (op '{op.name}').\n  Wrap its "
+            f"output in dcf.stop_gradient, or register one with "
+            f"@dcf.RegisterGradient(\"{op.type}\").")
+    fn = GRADIENTS[op.type]
+    if fn is None:
+        return [None] * len(op.inputs)
+    res = fn(op, *out_grads)
+    if isinstance(res, Tensor) or res is None:
+        res = [res]
+    res = list(res)
+    if len(res) != len(op.inputs):
+        raise ValueError(f"gradient of {op.type} '{op.name}' returned {len(res)} values for "
+                         f"{len(op.inputs)} inputs")
+    return [None if r is None else convert_to_tensor(r) for r in res]

@@ -1,0 +1,83 @@
+"""Gradient TensorArrays: the gradient of a read is a write into the array's gradient
+array (several reads of one index add up), of a write a read from it; stack and
+unstack, gather and scatter are each other's gradients."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dcf import dtypes
+from dcf.autodiff.gradients import active_state
+from dcf.ops.registry import RegisterGradient, apply
+
+
+def _grad_array(op: Any, flow: Any) -> tuple:
+    handle = op.inputs[0]
+    return apply("TensorArrayGradV3", [handle, flow], name="ta_grad",
+                 source=active_state().source)
+
+
+def _elem_attrs(op: Any) -> dict:
+    return {"dtype": op.attrs.get("dtype", op.inputs[-2].dtype if len(op.inputs) > 2 else None),
+            "element_shape": op.attrs.get("element_shape")}
+
+
+@RegisterGradient("TensorArrayReadV3")
+def _read_grad(op: Any, g: Any) -> list:
+    handle, index, flow = op.inputs
+    gh, gflow = _grad_array(op, flow)
+    w = apply("TensorArrayWriteAccumulate", [gh, index, g, gflow], name="ta_grad_write")
+    return [None, None, w]
+
+
+@RegisterGradient("TensorArrayWriteV3")
+def _write_grad(op: Any, gflow_out: Any) -> list:
+    handle, index, value, flow = op.inputs
+    gh, gflow = _grad_array(op, gflow_out)
+    v = apply("TensorArrayReadV3", [gh, index, gflow], name="ta_grad_read",
+              dtype=value.dtype, element_shape=value.shape)
+    return [None, None, v, gflow_out]
+
+
+@RegisterGradient("TensorArrayStack")
+def _stack_grad(op: Any, g: Any) -> list:
+    handle, flow = op.inputs
+    gh, gflow = _grad_array(op, flow)
+    from dcf.ops.math_ops import range as range_
+
+    n = apply("TensorArraySizeV3", [handle, flow], name="ta_size")
+    idx = range_(n)
+    f = apply("TensorArrayScatterAccumulate", [gh, idx, g, gflow], name="ta_grad_unstack")
+    return [None, f]
+
+
+@RegisterGradient("TensorArrayGatherV3")
+def _gather_grad(op: Any, g: Any) -> list:
+    handle, indices, flow = op.inputs
+    gh, gflow = _grad_array(op, flow)
+    f = apply("TensorArrayScatterAccumulate", [gh, indices, g, gflow], name="ta_grad_scatter")
+    return [None, None, f]
+
+
+@RegisterGradient("TensorArrayUnstack")
+def _unstack_grad(op: Any, gflow_out: Any) -> list:
+    handle, value, flow = op.inputs
+    gh, gflow = _grad_array(op, gflow_out)
+    v = apply("TensorArrayStack", [gh, gflow], name="ta_grad_stack", dtype=value.dtype,
+              element_shape=None if value.shape is None else tuple(value.shape[1:]))
+    return [None, v, gflow_out]
+
+
+@RegisterGradient("TensorArrayScatterV3")
+def _scatter_grad(op: Any, gflow_out: Any) -> list:
+    handle, indices, value, flow = op.inputs
+    gh, gflow = _grad_array(op, gflow_out)
+    v = apply("TensorArrayGatherV3", [gh, indices, gflow], name="ta_grad_gather",
+              dtype=value.dtype,
+              element_shape=None if value.shape is None else tuple(value.shape[1:]))
+    return [None, None, v, gflow_out]
+
+
+RegisterGradient("TensorArrayWriteAccumulate")(lambda op, g: [None, None, None, g])
+RegisterGradient("TensorArrayScatterAccumulate")(lambda op, g: [None, None, None, g])
+_ = dtypes

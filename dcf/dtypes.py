@@ -1,0 +1,93 @@
+"""Element types of tensors and their numpy mapping."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+class DType:
+    """An element type: a thin, hashable wrapper over a numpy dtype."""
+
+    __slots__ = ("name", "np")
+
+    def __init__(self, name: str, np_dtype: np.dtype) -> None:
+        self.name = name
+        self.np = np_dtype
+
+    @property
+    def is_floating(self) -> bool:
+        return self.np.kind == "f"
+
+    @property
+    def is_integer(self) -> bool:
+        return self.np.kind in "iu"
+
+    @property
+    def is_bool(self) -> bool:
+        return self.np.kind == "b"
+
+    def __repr__(self) -> str:
+        return f"dcf.{self.name}"
+
+    def __str__(self) -> str:
+        return self.name
+
+    def __reduce__(self) -> tuple:
+        return (as_dtype, (self.name,))
+
+
+float16 = DType("float16", np.dtype(np.float16))
+float32 = DType("float32", np.dtype(np.float32))
+float64 = DType("float64", np.dtype(np.float64))
+int32 = DType("int32", np.dtype(np.int32))
+int64 = DType("int64", np.dtype(np.int64))
+bool_ = DType("bool", np.dtype(np.bool_))
+# Opaque values that flow between ops but are not arrays: TensorArray, stack, queue handles.
+resource = DType("resource", np.dtype(object))
+# The "flow" scalar that orders TensorArray and stack operations.
+variant = DType("variant", np.dtype(np.float32))
+
+ALL = (float16, float32, float64, int32, int64, bool_)
+_BY_NAME = {d.name: d for d in ALL + (resource, variant)}
+_BY_NP = {d.np: d for d in ALL}
+
+
+def as_dtype(x: Any) -> DType:
+    """Convert a DType, numpy dtype, numpy type, Python type or name to a DType."""
+    if isinstance(x, DType):
+        return x
+    if isinstance(x, str) and x in _BY_NAME:
+        return _BY_NAME[x]
+    if x is bool:
+        return bool_
+    if x is int:
+        return int32
+    if x is float:
+        return float32
+    try:
+        npd = np.dtype(x)
+    except TypeError as e:
+        raise TypeError(f"cannot interpret {x!r} as a dcf dtype") from e
+    if npd in _BY_NP:
+        return _BY_NP[npd]
+    raise TypeError(f"unsupported dtype {npd}; dcf supports {', '.join(d.name for d in ALL)}")
+
+
+def infer_dtype(value: Any) -> DType:
+    """The dtype dcf gives a Python or numpy value when it becomes a constant.
+
+    Python ints become int32 and floats float32 (as in TensorFlow); numpy values
+    keep their own dtype.
+    """
+    if isinstance(value, (np.ndarray, np.generic)):
+        return as_dtype(value.dtype)
+    arr = np.asarray(value)
+    if arr.dtype.kind == "b":
+        return bool_
+    if arr.dtype.kind in "iu":
+        return int32
+    if arr.dtype.kind == "f":
+        return float32
+    raise TypeError(f"cannot convert {type(value).__name__} {value!r} to a tensor")

@@ -1,0 +1,370 @@
+"""Compile a loop frame whose nodes all sit on one device into straight-line Python.
+
+The generated generator runs the frame's iterations one after another with exactly
+the executor's semantics: values may be DEAD where the dead-value analysis says they
+can be, Merge takes its first live input, Switch routes, Exit keeps the first live
+value, a dead NextIteration ends the loop, nested frames become nested loops.
+Running iterations in order is one legal schedule of the tagged-token executor, and
+the one every result must equal, since results never depend on parallel_iterations.
+It yields every few milliseconds so the event loop stays responsive.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+from dcf.errors import InvalidArgumentError, op_error
+from dcf.ops.registry import Kind
+from dcf.plan import ExecPlan, FrameInfo, NodeInfo
+from dcf.token import DEAD
+
+__all__ = ["compile_frames", "CompiledFrame"]
+
+_YIELD_S = 0.002
+_counter = itertools.count()
+_INT0, _INT1 = np.int32(0), np.int32(1)
+
+
+def compile_frames(plan: ExecPlan) -> None:
+    """Attach a CompiledFrame to every top-level compilable frame of `plan`."""
+    info_of = {id(n.pnode): n for n in plan.nodes}
+    ok: dict[str, bool] = {}
+
+    def compilable(f: FrameInfo) -> bool:
+        if f.name in ok:
+            return ok[f.name]
+        res = all(n.kind not in (Kind.SEND, Kind.RECV, Kind.ASYNC) for n in f.nodes) and \
+            all(compilable(c) for c in f.children) and _enters_feed_merges(f, plan)
+        ok[f.name] = res
+        return res
+
+    for f in plan.frames.values():
+        if f.parent is not None and compilable(f) and (f.parent.parent is None or
+                                                       not compilable(f.parent)):
+            try:
+                f.compiled = CompiledFrame(f, plan, info_of)
+            except _NotCompilable:
+                f.compiled = None  # the tagged-token executor runs it
+
+
+def _enters_feed_merges(f: FrameInfo, plan: ExecPlan) -> bool:
+    for n in plan.nodes:
+        if n.kind == Kind.ENTER and n.child is f and not n.is_constant:
+            if not all(is_merge for edges in n.outs for _, _, is_merge in edges) or n.ctrl_outs:
+                return False
+    return True
+
+
+class CompiledFrame:
+    """Generated code for one frame (and the frames nested in it)."""
+
+    def __init__(self, frame: FrameInfo, plan: ExecPlan, info_of: dict) -> None:
+        self.frame = frame
+        self.plan = plan
+        self.info_of = info_of
+        self.enters = [n for n in plan.nodes if n.kind == Kind.ENTER and n.child is frame]
+        self._variants: dict[bool, Any] = {False: _Codegen(self, False).build()}
+
+    def start(self, enter_values: dict, ist: Any, ex: Any) -> Any:
+        """A generator running one instance of the frame; its return value is the list
+        of (Exit node, value) to propagate into the parent iteration."""
+        dead_entry = any(v is DEAD for v in enter_values.values())
+        fn = self._variants.get(dead_entry)
+        if fn is None:
+            fn = self._variants[dead_entry] = _Codegen(self, dead_entry).build()
+        return fn(enter_values)
+
+
+class _Codegen:
+    def __init__(self, cf: CompiledFrame, dead_entry: bool) -> None:
+        self.cf = cf
+        self.dead_entry = dead_entry
+        self.lines: list[str] = []
+        self.line_node: dict[int, tuple[NodeInfo, str]] = {}
+        self.env: dict[str, Any] = {"DEAD": DEAD, "_I0": _INT0, "_I1": _INT1,
+                                    "_pc": time.perf_counter, "_YIELD_S": _YIELD_S,
+                                    "_err": InvalidArgumentError}
+        self.mayd: dict[tuple[int, int], bool] = {}
+        self.node_dead: dict[int, str | None] = {}
+
+    # ---------------------------------------------------------------- emit
+    def emit(self, depth: int, text: str, node: NodeInfo | None = None,
+             frame_var: str | None = None) -> None:
+        self.lines.append("    " * depth + text)
+        if node is not None:
+            self.line_node[len(self.lines)] = (node, frame_var or "")
+
+    def inputs(self, n: NodeInfo) -> list:
+        return [None if i is None else (self.cf.info_of.get(id(i[0])), i[1])
+                for i in n.pnode.inputs]
+
+    def controls(self, n: NodeInfo) -> list[NodeInfo]:
+        return [self.cf.info_of[id(c)] for c in n.pnode.control if id(c) in self.cf.info_of]
+
+    def val(self, src: NodeInfo, k: int) -> str:
+        return f"v{src.id}_{k}"
+
+    # ---------------------------------------------------------------- build
+    def build(self) -> Any:
+        f = self.cf.frame
+        self.emit(0, "def frame(_enter):")
+        self.emit(1, "_deadline = _pc() + _YIELD_S")
+        self.emit(1, "_n = 64")
+        self.emit(1, "if False: yield")
+        exits = self.frame_loop(f, self.cf.enters, 1, {e.id: f"_enter[{e.id}]"
+                                                      for e in self.cf.enters},
+                                self.dead_entry)
+        self.emit(1, "return [" + ", ".join(f"(_X{x.id}, x{x.id})" for x in exits) + "]")
+        for x in exits:
+            self.env[f"_X{x.id}"] = x
+        src = "\n".join(self.lines)
+        fname = f"<dcf frame {f.name} #{next(_counter)}>"
+        code = compile(src, fname, "exec")
+        ns: dict[str, Any] = dict(self.env)
+        exec(code, ns)
+        gen_fn = ns["frame"]
+        line_node = self.line_node
+        return _with_errors(gen_fn, fname, line_node)
+
+    def frame_loop(self, f: FrameInfo, enters: list[NodeInfo], d: int,
+                   enter_expr: dict[int, str], entry_dead: bool) -> list[NodeInfo]:
+        """Emit the loop for frame `f`; return its Exit nodes (values in x{id})."""
+        itv = f"it{len(self.lines)}"
+        # loop constants and loop-variable entries
+        merges_of_enter: dict[int, NodeInfo] = {}
+        for e in enters:
+            expr = enter_expr[e.id]
+            if e.is_constant:
+                self.emit(d, f"v{e.id}_0 = {expr}")
+                self.mayd[(e.id, 0)] = entry_dead
+                self.node_dead[e.id] = f"(v{e.id}_0 is DEAD)" if entry_dead else None
+            else:
+                for edges in e.outs:
+                    for dst, _, _ in edges:
+                        merges_of_enter[dst.id] = dst
+                        self.emit(d, f"m{dst.id} = {expr}")
+        loop_merges = [n for n in f.nodes if n.kind == Kind.MERGE and n.merge_n == 1]
+        for m in loop_merges:
+            if m.id not in merges_of_enter:
+                raise _NotCompilable(f"loop merge {m.name} has no Enter in this partition")
+        for x in f.exits:
+            self.emit(d, f"x{x.id} = DEAD")
+        self.emit(d, f"{itv} = 0")
+        self.emit(d, "while True:")
+        b = d + 1
+        for m in loop_merges:
+            self.mayd[(m.id, 0)] = entry_dead
+            self.mayd[(m.id, 1)] = False
+            self.node_dead[m.id] = f"(v{m.id}_0 is DEAD)" if entry_dead else None
+            self.emit(b, f"v{m.id}_0 = m{m.id}")
+            self.emit(b, f"v{m.id}_1 = _I1 if {itv} else _I0")
+        nexts: list[tuple[NodeInfo, NodeInfo]] = []
+        for item in self.order(f, loop_merges):
+            if isinstance(item, FrameInfo):
+                self.child_block(item, b)
+                continue
+            n = item
+            if n.kind == Kind.NEXT_ITERATION:
+                src, k = self.inputs(n)[0]
+                self.emit(b, f"n{n.id} = {self.val(src, k)}")
+                merge = next(dst for edges in n.outs for dst, _, _ in edges)
+                nexts.append((n, merge))
+            elif n.kind == Kind.EXIT:
+                src, k = self.inputs(n)[0]
+                v = self.val(src, k)
+                if self.mayd.get((src.id, k), False):
+                    self.emit(b, f"if x{n.id} is DEAD and {v} is not DEAD: x{n.id} = {v}")
+                else:
+                    self.emit(b, f"if x{n.id} is DEAD: x{n.id} = {v}")
+            else:
+                self.node(n, b, itv)
+        if not nexts:
+            raise _NotCompilable(f"frame {f.name} has no NextIteration here")
+        alive = " or ".join(f"n{n.id} is not DEAD" for n, _ in nexts)
+        all_alive = " and ".join(f"n{n.id} is not DEAD" for n, _ in nexts)
+        self.emit(b, f"if not ({alive}): break")
+        if len(nexts) > 1:
+            self.emit(b, f"if not ({all_alive}): raise _err('loop frame {f.name}: some loop "
+                         "variables ended while others continued')")
+        for n, m in nexts:
+            self.emit(b, f"m{m.id} = n{n.id}")
+        self.emit(b, f"{itv} += 1")
+        self.emit(b, "_n -= 1")
+        self.emit(b, "if not _n:")
+        self.emit(b + 1, "_n = 64")
+        self.emit(b + 1, "if _pc() > _deadline:")
+        self.emit(b + 2, "yield")
+        self.emit(b + 2, "_deadline = _pc() + _YIELD_S")
+        for x in f.exits:
+            self.mayd[(x.id, 0)] = entry_dead  # a live loop always ends with live exits
+        return f.exits
+
+    def child_block(self, g: FrameInfo, d: int) -> None:
+        enters = [n for n in self.cf.plan.nodes if n.kind == Kind.ENTER and n.child is g]
+        exprs, entry_dead = {}, False
+        for e in enters:
+            src, k = self.inputs(e)[0]
+            exprs[e.id] = self.val(src, k)
+            entry_dead = entry_dead or self.mayd.get((src.id, k), False)
+            for c in self.controls(e):
+                if self.node_dead.get(c.id):
+                    raise _NotCompilable("control input on an Enter")
+        exits = self.frame_loop(g, enters, d, exprs, entry_dead)
+        for x in exits:
+            self.emit(d, f"v{x.id}_0 = x{x.id}")
+            self.node_dead[x.id] = f"(v{x.id}_0 is DEAD)"
+
+    def order(self, f: FrameInfo, loop_merges: list[NodeInfo]) -> list:
+        """Topological order of one iteration; nested frames appear as one block."""
+        block_of: dict[int, FrameInfo] = {}
+        for g in f.children:
+            for n in self.cf.plan.nodes:
+                if n.kind == Kind.ENTER and n.child is g:
+                    block_of[n.id] = g
+                    for x in _all_exits(g):
+                        block_of[x.id] = g
+        items: dict[Any, set] = {}
+        own = [n for n in f.nodes if n not in loop_merges]
+
+        def key(n: NodeInfo) -> Any:
+            return block_of.get(n.id, n)
+
+        for n in own:
+            items.setdefault(key(n), set())
+        for g in f.children:
+            items.setdefault(g, set())
+        for n in own:
+            k = key(n)
+            srcs = [i[0] for i in self.inputs(n) if i is not None and i[0] is not None]
+            srcs += self.controls(n)
+            if n.kind == Kind.MERGE and n.merge_n == 1:
+                continue
+            for s in srcs:
+                if s.frame is f or s.id in block_of:
+                    sk = key(s)
+                    if sk is not k and s not in loop_merges:
+                        items[k].add(sk)
+        out, done = [], set()
+        pending = dict(items)
+        while pending:
+            progress = False
+            for k in list(pending):
+                if pending[k] <= done:
+                    out.append(k)
+                    done.add(k)
+                    del pending[k]
+                    progress = True
+            if not progress:
+                raise _NotCompilable(f"cycle in frame {f.name}")
+        return out
+
+    def node(self, n: NodeInfo, d: int, itv: str) -> None:
+        ins = self.inputs(n)
+        args, dead_terms = [], []
+        for i in ins:
+            src, k = i
+            v = self.val(src, k)
+            args.append(v)
+            if self.mayd.get((src.id, k), False):
+                dead_terms.append(f"{v} is DEAD")
+        for c in self.controls(n):
+            de = self.node_dead.get(c.id)
+            if de:
+                dead_terms.append(de)
+        outs = [f"v{n.id}_{k}" for k in range(n.n_out)]
+        maybe_dead = bool(dead_terms)
+        if n.kind == Kind.SWITCH:
+            data, pred = args
+            if maybe_dead:
+                self.emit(d, f"if {' or '.join(dead_terms)}:")
+                self.emit(d + 1, f"{outs[0]} = {outs[1]} = DEAD; d{n.id} = True")
+                self.emit(d, f"elif {pred}:")
+            else:
+                self.emit(d, f"if {pred}:")
+            self.emit(d + 1, f"{outs[0]} = DEAD; {outs[1]} = {data}" +
+                      (f"; d{n.id} = False" if maybe_dead else ""))
+            self.emit(d, "else:")
+            self.emit(d + 1, f"{outs[0]} = {data}; {outs[1]} = DEAD" +
+                      (f"; d{n.id} = False" if maybe_dead else ""))
+            self.mayd[(n.id, 0)] = self.mayd[(n.id, 1)] = True
+            self.node_dead[n.id] = f"d{n.id}" if maybe_dead else None
+            return
+        if n.kind == Kind.MERGE:
+            chain = "DEAD"
+            idx = "_I0"
+            all_dead = True
+            for j in reversed(range(len(args))):
+                a = args[j]
+                src, k = ins[j]
+                if self.mayd.get((src.id, k), False):
+                    chain = f"({a} if {a} is not DEAD else {chain})"
+                    idx = f"(np.int32({j}) if {a} is not DEAD else {idx})"
+                else:
+                    chain, idx, all_dead = a, f"np.int32({j})", False
+            self.env["np"] = np
+            self.emit(d, f"{outs[0]} = {chain}; {outs[1]} = {idx}")
+            self.mayd[(n.id, 0)] = all_dead
+            self.mayd[(n.id, 1)] = False
+            self.node_dead[n.id] = f"({outs[0]} is DEAD)" if all_dead else None
+            return
+        if n.kind == Kind.TRIGGER:
+            self.node_dead[n.id] = None  # orders only; never dead
+            return
+        if n.kind != Kind.KERNEL:
+            raise _NotCompilable(f"{n.type} in a compiled frame")
+        self.env[f"f{n.id}"] = n.fn
+        call = f"f{n.id}({', '.join(args)})"
+        if n.n_out == 0:
+            assign = call
+        elif n.n_out == 1:
+            assign = f"{outs[0]} = {call}"
+        else:
+            assign = f"{', '.join(outs)} = {call}"
+        if maybe_dead:
+            self.emit(d, f"if {' or '.join(dead_terms)}:")
+            self.emit(d + 1, "; ".join([f"{o} = DEAD" for o in outs] + [f"d{n.id} = True"]))
+            self.emit(d, "else:")
+            self.emit(d + 1, assign, n, itv)
+            self.emit(d + 1, f"d{n.id} = False")
+        else:
+            self.emit(d, assign, n, itv)
+        for k in range(n.n_out):
+            self.mayd[(n.id, k)] = maybe_dead
+        self.node_dead[n.id] = f"d{n.id}" if maybe_dead else None
+
+
+def _all_exits(g: FrameInfo) -> list[NodeInfo]:
+    return list(g.exits)
+
+
+class _NotCompilable(Exception):
+    pass
+
+
+def _with_errors(gen_fn: Any, fname: str, line_node: dict) -> Any:
+    """Wrap the generated generator so kernel errors name the op, frame and iteration."""
+
+    def run(enter_values: dict) -> Any:
+        try:
+            return (yield from gen_fn(enter_values))
+        except Exception as e:
+            tb = sys.exc_info()[2]
+            node, itv, it = None, "", None
+            while tb is not None:
+                if tb.tb_frame.f_code.co_filename == fname:
+                    hit = line_node.get(tb.tb_lineno)
+                    if hit is not None:
+                        node, itv = hit
+                        it = tb.tb_frame.f_locals.get(itv)
+                tb = tb.tb_next
+            if node is None:
+                raise
+            raise op_error(node.op if node.op is not None else node, node.frame.name, it,
+                           e) from e
+
+    return run

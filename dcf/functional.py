@@ -1,0 +1,158 @@
+"""map_fn, foldl, foldr and scan, defined on while_loop + TensorArray (the paper's
+scan figure): elements are unstacked into TensorArrays, a loop reads one element per
+iteration, and results are written to TensorArrays that are stacked after the loop."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from dcf import nest
+from dcf.control_flow import while_loop
+from dcf.graph import Tensor, get_default_graph
+from dcf.ops.registry import apply, convert_to_tensor
+from dcf.tensor_array import TensorArray
+
+__all__ = ["map_fn", "foldl", "foldr", "scan"]
+
+
+def _leading_dim(xs: list[Tensor], what: str) -> Any:
+    dims = [x.shape[0] for x in xs if x.shape is not None and len(x.shape) > 0]
+    if any(x.shape is not None and len(x.shape) == 0 for x in xs):
+        raise ValueError(f"{what}: elems must have a leading dimension to iterate over")
+    known = {d for d in dims if d is not None}
+    if len(known) > 1:
+        raise ValueError(f"{what}: elems have different first dimensions {sorted(known)}")
+    if known:
+        return known.pop()
+    from dcf.ops.array_ops import shape
+
+    return shape(xs[0])[0]
+
+
+def _unstacked(xs: list[Tensor], n: Any, reverse: bool = False) -> list[TensorArray]:
+    tas = []
+    for x in xs:
+        ta = TensorArray(x.dtype, size=n, element_shape=None if x.shape is None else x.shape[1:],
+                         name="elems")
+        tas.append(ta.unstack(x))
+    return tas
+
+
+def map_fn(fn: Callable[..., Any], elems: Any, dtype: Any = None, parallel_iterations: int = 10,
+           back_prop: bool = True, swap_memory: bool = False, name: str | None = None) -> Any:
+    """`stack([fn(x) for x in unstack(elems)])`, as an in-graph loop.
+
+    `elems` may be a nested structure of tensors sharing their first dimension;
+    `fn` then receives the same structure of slices. Its output structure is
+    inferred when `dtype` is None.
+    """
+    g = get_default_graph()
+    with g.name_scope(name or "map"):
+        flat = [convert_to_tensor(e) for e in nest.flatten(elems)]
+        n = _leading_dim(flat, "map_fn")
+        if dtype is None:
+            # Trace fn once on the first elements to learn its output structure; these
+            # ops are never run (nothing fetches them).
+            with g.name_scope("structure_probe"):
+                probe = fn(nest.pack_sequence_as(elems, [x[0] for x in flat]))
+            out_struct = nest.map_structure(lambda t: convert_to_tensor(t).dtype, probe)
+        else:
+            out_struct = dtype
+        out_dtypes = nest.flatten(out_struct)
+        elem_tas = _unstacked(flat, n)
+        acc = [TensorArray(dt, size=n, name="result") for dt in out_dtypes]
+
+        def body(i: Tensor, accs: list) -> tuple:
+            xs = nest.pack_sequence_as(elems, [ta.read(i) for ta in elem_tas])
+            ys = [convert_to_tensor(y) for y in nest.flatten(fn(xs))]
+            if len(ys) != len(accs):
+                raise ValueError(f"map_fn: fn returned {len(ys)} values, expected {len(accs)}")
+            return i + 1, [a.write(i, y) for a, y in zip(accs, ys)]
+
+        _, accs = while_loop(lambda i, _: i < n, body, (convert_to_tensor(0), acc),
+                             parallel_iterations=parallel_iterations, back_prop=back_prop,
+                             swap_memory=swap_memory)
+        return nest.pack_sequence_as(out_struct, [a.stack() for a in accs])
+
+
+def _fold(fn: Callable[..., Any], elems: Any, initializer: Any, reverse: bool, what: str,
+          parallel_iterations: int, back_prop: bool, swap_memory: bool) -> tuple:
+    flat = [convert_to_tensor(e) for e in nest.flatten(elems)]
+    n = _leading_dim(flat, what)
+    elem_tas = _unstacked(flat, n)
+    if initializer is None:
+        first = n - 1 if reverse else 0
+        init = nest.pack_sequence_as(elems, [ta.read(first) for ta in elem_tas])
+        start = 1
+    else:
+        init = nest.map_structure(convert_to_tensor, initializer)
+        start = 0
+    return flat, n, elem_tas, init, start
+
+
+def foldl(fn: Callable[..., Any], elems: Any, initializer: Any = None,
+          parallel_iterations: int = 10, back_prop: bool = True, swap_memory: bool = False,
+          name: str | None = None) -> Any:
+    """`functools.reduce(fn, unstack(elems), initializer)` as an in-graph loop."""
+    return _foldx(fn, elems, initializer, False, name or "foldl", parallel_iterations,
+                  back_prop, swap_memory)
+
+
+def foldr(fn: Callable[..., Any], elems: Any, initializer: Any = None,
+          parallel_iterations: int = 10, back_prop: bool = True, swap_memory: bool = False,
+          name: str | None = None) -> Any:
+    """foldl over the elements in reverse order."""
+    return _foldx(fn, elems, initializer, True, name or "foldr", parallel_iterations,
+                  back_prop, swap_memory)
+
+
+def _foldx(fn, elems, initializer, reverse, name, pi, back_prop, swap_memory):
+    g = get_default_graph()
+    with g.name_scope(name):
+        flat, n, elem_tas, init, start = _fold(fn, elems, initializer, reverse, name, pi,
+                                               back_prop, swap_memory)
+
+        def body(i, acc):
+            idx = (n - 1 - i) if reverse else i
+            x = nest.pack_sequence_as(elems, [ta.read(idx) for ta in elem_tas])
+            return i + 1, fn(acc, x)
+
+        _, out = while_loop(lambda i, _: i < n, body, (convert_to_tensor(start), init),
+                            parallel_iterations=pi, back_prop=back_prop, swap_memory=swap_memory)
+        return out
+
+
+def scan(fn: Callable[..., Any], elems: Any, initializer: Any = None,
+         parallel_iterations: int = 10, back_prop: bool = True, swap_memory: bool = False,
+         reverse: bool = False, name: str | None = None) -> Any:
+    """All intermediate accumulators of a fold:
+
+        acc = initializer; out = []
+        for x in elems: acc = fn(acc, x); out.append(acc)
+        return stack(out)
+
+    With no initializer, elems[0] is the first accumulator (and the first output).
+    """
+    g = get_default_graph()
+    with g.name_scope(name or "scan"):
+        flat, n, elem_tas, init, start = _fold(fn, elems, initializer, reverse, "scan",
+                                               parallel_iterations, back_prop, swap_memory)
+        init_flat = [convert_to_tensor(t) for t in nest.flatten(init)]
+        accs = [TensorArray(t.dtype, size=n, element_shape=t.shape, name="result")
+                for t in init_flat]
+        if start == 1:
+            first = n - 1 if reverse else 0
+            accs = [a.write(first, t) for a, t in zip(accs, init_flat)]
+
+        def body(i, acc, outs):
+            idx = (n - 1 - i) if reverse else i
+            x = nest.pack_sequence_as(elems, [ta.read(idx) for ta in elem_tas])
+            new = fn(acc, x)
+            new_flat = [convert_to_tensor(t) for t in nest.flatten(new)]
+            return i + 1, new, [o.write(idx, t) for o, t in zip(outs, new_flat)]
+
+        _, _, outs = while_loop(lambda i, *_: i < n, body,
+                                (convert_to_tensor(start), init, accs),
+                                parallel_iterations=parallel_iterations, back_prop=back_prop,
+                                swap_memory=swap_memory)
+        return nest.pack_sequence_as(init, [o.stack() for o in outs])

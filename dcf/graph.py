@@ -1,0 +1,421 @@
+"""Graph, Operation, Tensor and the scopes that shape how ops are built.
+
+A Graph only grows: ops are appended, and nothing rewrites an existing op except the
+one re-pointing of a loop Merge's back edge that while_loop lowering does while the
+loop is being built.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from dcf import device as device_lib
+from dcf.dtypes import DType
+
+Shape = tuple  # tuple[int | None, ...]; None for an unknown rank
+
+
+@dataclass(frozen=True, slots=True)
+class TensorType:
+    """Static type of a tensor: dtype and (possibly partial) shape."""
+
+    dtype: DType
+    shape: Shape | None
+
+    def __str__(self) -> str:
+        if self.shape is None:
+            return f"{self.dtype}[?]"
+        dims = ",".join("?" if d is None else str(d) for d in self.shape)
+        return f"{self.dtype}[{dims}]"
+
+    @property
+    def rank(self) -> int | None:
+        return None if self.shape is None else len(self.shape)
+
+
+def shape_str(shape: Shape | None) -> str:
+    if shape is None:
+        return "[?]"
+    return "[" + ",".join("?" if d is None else str(d) for d in shape) + "]"
+
+
+class Tensor:
+    """Symbolic value: output `index` of `op`. Equality and hash are identity."""
+
+    __slots__ = ("op", "index", "type", "__weakref__")
+    __array_ufunc__ = None  # numpy defers to our reflected operators
+
+    def __init__(self, op: Operation, index: int, ttype: TensorType) -> None:
+        self.op = op
+        self.index = index
+        self.type = ttype
+
+    @property
+    def dtype(self) -> DType:
+        return self.type.dtype
+
+    @property
+    def shape(self) -> Shape | None:
+        return self.type.shape
+
+    @property
+    def name(self) -> str:
+        return f"{self.op.name}:{self.index}"
+
+    @property
+    def graph(self) -> Graph:
+        return self.op.graph
+
+    @property
+    def device(self) -> str:
+        return self.op.device
+
+    @property
+    def ctx(self) -> ControlFlowContext | None:
+        return self.op.ctx
+
+    def consumers(self) -> list[Operation]:
+        return [op for op in self.op.graph._consumers.get(self, ())]
+
+    def get_shape(self) -> Shape | None:
+        return self.type.shape
+
+    def __repr__(self) -> str:
+        return f"<dcf.Tensor '{self.name}' {self.type}>"
+
+    def __bool__(self) -> bool:
+        raise TypeError(
+            f"using the tensor '{self.name}' as a Python bool is not allowed: its value is only "
+            "known when the graph runs. Use dcf.cond / dcf.while_loop, or dcf.logical_and/or."
+        )
+
+    def __iter__(self) -> Iterator:
+        raise TypeError(
+            f"tensor '{self.name}' is not iterable; use dcf.unstack or index it with t[i]"
+        )
+
+    def __len__(self) -> int:
+        if self.shape and self.shape[0] is not None:
+            return self.shape[0]
+        raise TypeError(f"len() of tensor '{self.name}' with unknown first dimension")
+
+    __hash__ = object.__hash__
+
+    def __eq__(self, other: object) -> bool:  # identity, so tensors can be dict keys
+        return self is other
+
+    def __ne__(self, other: object) -> bool:
+        return self is not other
+
+
+class Operation:
+    """A node of the graph.
+
+    `ctx` is the control-flow context its outputs live in (for capture checks);
+    `frame_ctx` is the while-loop context whose frame it executes in (None: the root).
+    """
+
+    __slots__ = (
+        "graph", "type", "name", "inputs", "control_inputs", "attrs", "device", "outputs",
+        "ctx", "frame_ctx", "site", "opdef", "_id", "__weakref__",
+    )
+
+    def __init__(self, graph: Graph, type_: str, name: str, inputs: list[Tensor],
+                 control_inputs: list[Operation], attrs: dict, device: str,
+                 output_types: list[TensorType], ctx: ControlFlowContext | None,
+                 frame_ctx: Any, site: str | None, opdef: Any) -> None:
+        self.graph = graph
+        self.type = type_
+        self.name = name
+        self.inputs = list(inputs)
+        self.control_inputs = list(control_inputs)
+        self.attrs = attrs
+        self.device = device
+        self.outputs = [Tensor(self, i, t) for i, t in enumerate(output_types)]
+        self.ctx = ctx
+        self.frame_ctx = frame_ctx
+        self.site = site
+        self.opdef = opdef
+        self._id = len(graph._ops)
+
+    def _set_input(self, index: int, tensor: Tensor) -> None:
+        """Re-point one input (only while_loop lowering does this, for a Merge's back edge)."""
+        old = self.inputs[index]
+        self.graph._consumers[old].remove(self)
+        self.inputs[index] = tensor
+        self.graph._consumers.setdefault(tensor, []).append(self)
+
+    def _add_control_input(self, op: Operation) -> None:
+        if op not in self.control_inputs:
+            self.control_inputs.append(op)
+
+    def values(self) -> tuple:
+        return tuple(self.outputs)
+
+    @property
+    def frame_name(self) -> str:
+        return self.frame_ctx.frame_name if self.frame_ctx is not None else ""
+
+    def __repr__(self) -> str:
+        return f"<dcf.Operation '{self.name}' type={self.type}>"
+
+
+class ControlFlowContext:
+    """Base of CondContext and WhileContext (defined in control_flow.py).
+
+    The graph asks the current context to capture each input (route an external
+    tensor in through a Switch or an Enter) and gives it every new op.
+    """
+
+    outer: ControlFlowContext | None = None
+    name: str = ""
+
+    @property
+    def while_ctx(self) -> Any:
+        """The innermost while context enclosing (or equal to) this one, or None."""
+        c: ControlFlowContext | None = self
+        while c is not None and not c.is_while:
+            c = c.outer
+        return c
+
+    is_while = False
+
+    def capture(self, t: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def add_op(self, op: Operation) -> None:
+        pass
+
+    def pivot(self) -> Operation | None:
+        return None
+
+    def chain(self) -> list[ControlFlowContext]:
+        out, c = [], self
+        while c is not None:
+            out.append(c)
+            c = c.outer
+        return out
+
+
+_DCF_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _creation_site() -> str | None:
+    """`file:line in func()` of the first frame outside the dcf package."""
+    f = sys._getframe(2)
+    while f is not None and f.f_code.co_filename.startswith(_DCF_DIR):
+        f = f.f_back
+    if f is None:
+        return None
+    return f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno} in {f.f_code.co_name}()"
+
+
+class Graph:
+    """A dataflow graph: a list of Operations and the scopes used while building it."""
+
+    def __init__(self) -> None:
+        self._ops: list[Operation] = []
+        self._names: dict[str, Operation] = {}
+        self._name_counts: dict[str, int] = {}
+        self._consumers: dict[Tensor, list[Operation]] = {}
+        self._scope = ""
+        self._device_stack: list[device_lib.DeviceSpec] = []
+        self._control_stack: list[list[Operation] | None] = []
+        self._ctx: ControlFlowContext | None = None
+        self.collections: dict[str, list] = {}
+        self.version = 0  # bumped on every new op; sessions use it to invalidate plans
+        self._cond_of_merge: dict = {}  # Merge op -> CondInfo (for autodiff)
+        self._lock = threading.RLock()
+
+    # ----------------------------------------------------------------- queries
+    def get_operations(self) -> list[Operation]:
+        return list(self._ops)
+
+    def get_operation_by_name(self, name: str) -> Operation:
+        try:
+            return self._names[name]
+        except KeyError:
+            raise KeyError(f"no operation named {name!r} in the graph") from None
+
+    def get_tensor_by_name(self, name: str) -> Tensor:
+        op_name, _, idx = name.rpartition(":")
+        if not op_name:
+            raise ValueError(f"tensor names look like 'op:0', got {name!r}")
+        op = self.get_operation_by_name(op_name)
+        try:
+            return op.outputs[int(idx)]
+        except (ValueError, IndexError):
+            raise KeyError(f"op {op_name!r} has no output {idx!r}") from None
+
+    def add_to_collection(self, key: str, value: Any) -> None:
+        self.collections.setdefault(key, []).append(value)
+
+    def get_collection(self, key: str) -> list:
+        return list(self.collections.get(key, ()))
+
+    # ------------------------------------------------------------------ scopes
+    def unique_name(self, name: str, *, scoped: bool = True) -> str:
+        full = f"{self._scope}{name}" if scoped else name
+        if full not in self._name_counts and full not in self._names:
+            self._name_counts[full] = 0
+            return full
+        n = self._name_counts.get(full, 0)
+        while True:
+            n += 1
+            cand = f"{full}_{n}"
+            if cand not in self._names and cand not in self._name_counts:
+                self._name_counts[full] = n
+                self._name_counts[cand] = 0
+                return cand
+
+    @contextlib.contextmanager
+    def name_scope(self, name: str | None) -> Iterator[str]:
+        """Prefix the names of ops built inside with `name/` (made unique)."""
+        old = self._scope
+        if name is None or name == "":
+            self._scope = ""
+        elif name.endswith("/"):
+            self._scope = name  # an absolute scope re-entered
+        else:
+            self._scope = self.unique_name(name) + "/"
+        try:
+            yield self._scope
+        finally:
+            self._scope = old
+
+    @contextlib.contextmanager
+    def device(self, spec: str | None) -> Iterator[None]:
+        self._device_stack.append(device_lib.DeviceSpec.parse(spec))
+        try:
+            yield
+        finally:
+            self._device_stack.pop()
+
+    def _current_device(self) -> str:
+        spec = device_lib.DeviceSpec()
+        for s in self._device_stack:
+            spec = s.merged_over(spec)
+        return spec.to_string()
+
+    @contextlib.contextmanager
+    def control_dependencies(self, ops: list | None) -> Iterator[None]:
+        """Ops built inside run only after `ops` (None clears the enclosing ones)."""
+        if ops is None:
+            self._control_stack.append(None)
+        else:
+            resolved = []
+            for o in ops:
+                o = o.op if isinstance(o, Tensor) else o
+                if hasattr(o, "_as_control_op"):
+                    o = o._as_control_op()
+                if not isinstance(o, Operation):
+                    raise TypeError(f"control_dependencies takes ops or tensors, got {o!r}")
+                resolved.append(o)
+            self._control_stack.append(resolved)
+        try:
+            yield
+        finally:
+            self._control_stack.pop()
+
+    def _current_control_inputs(self) -> list[Operation]:
+        out: list[Operation] = []
+        for entry in reversed(self._control_stack):
+            if entry is None:
+                break
+            out.extend(e for e in entry if e not in out)
+        return out
+
+    @contextlib.contextmanager
+    def _control_flow_context(self, ctx: ControlFlowContext | None) -> Iterator[None]:
+        old, self._ctx = self._ctx, ctx
+        # A body starts with no inherited control dependencies: they are attached to
+        # the construct's entry ops instead.
+        self._control_stack.append(None)
+        try:
+            yield
+        finally:
+            self._control_stack.pop()
+            self._ctx = old
+
+    # ---------------------------------------------------------------- building
+    def create_op(self, type_: str, inputs: list[Tensor], output_types: list[TensorType],
+                  *, name: str | None = None, attrs: dict | None = None, opdef: Any = None,
+                  ctx: Any = "current", frame_ctx: Any = "current",
+                  control_inputs: list[Operation] | None = None,
+                  site: str | None = None) -> Operation:
+        """Append an op. Inputs must already be captured into the current context."""
+        with self._lock:
+            cur = self._ctx if ctx == "current" else ctx
+            fctx = (cur.while_ctx if cur is not None else None) if frame_ctx == "current" \
+                else frame_ctx
+            cins = list(control_inputs or ())
+            for c in self._current_control_inputs():
+                if c not in cins:
+                    cins.append(c)
+            if cur is not None and cins:
+                cins = [cur.capture_control(c) for c in cins]
+            if cur is not None and not inputs and not cins:
+                piv = cur.pivot()
+                if piv is not None:
+                    cins.append(piv)  # so the op runs once per iteration / only in its branch
+            op = Operation(self, type_, self.unique_name(name or type_), inputs, cins,
+                           dict(attrs or {}), self._current_device(), output_types, cur, fctx,
+                           site if site is not None else _creation_site(), opdef)
+            self._ops.append(op)
+            self._names[op.name] = op
+            for t in inputs:
+                self._consumers.setdefault(t, []).append(op)
+            self.version += 1
+            if cur is not None:
+                cur.add_op(op)
+            return op
+
+    @contextlib.contextmanager
+    def as_default(self) -> Iterator[Graph]:
+        _stack().append(self)
+        try:
+            yield self
+        finally:
+            _stack().pop()
+
+
+# ---------------------------------------------------------------- default graph
+_local = threading.local()
+_global_default: list[Graph] = [Graph()]
+
+
+def _stack() -> list[Graph]:
+    s = getattr(_local, "stack", None)
+    if s is None:
+        s = _local.stack = []
+    return s
+
+
+def get_default_graph() -> Graph:
+    s = _stack()
+    return s[-1] if s else _global_default[0]
+
+
+def reset_default_graph() -> None:
+    if _stack():
+        raise RuntimeError("reset_default_graph() called inside a `with g.as_default()` block")
+    _global_default[0] = Graph()
+
+
+def name_scope(name: str | None):
+    return get_default_graph().name_scope(name)
+
+
+def device(spec: str | None):
+    """Place ops built inside on `spec`, e.g. "/cpu:1" or "/job:worker/task:0/gpu:0"."""
+    return get_default_graph().device(spec)
+
+
+def control_dependencies(ops: list | None):
+    """Ops built inside the block run only after every op in `ops` has run."""
+    return get_default_graph().control_dependencies(ops)

@@ -1,0 +1,347 @@
+"""Ops over runtime objects: TensorArrays, stacks (for loop gradients), py_func, print_."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable
+
+import numpy as np
+
+from dcf import dtypes
+from dcf.errors import InvalidArgumentError, OutOfRangeError
+from dcf.graph import Tensor, TensorType
+from dcf.ops.registry import OpDef, apply, not_differentiable, register
+
+__all__ = ["py_func", "print_"]
+
+_RESOURCE = TensorType(dtypes.resource, ())
+_FLOW = TensorType(dtypes.variant, ())
+_FLOW_VALUE = np.float32(0.0)
+
+
+# ------------------------------------------------------------------ TensorArray
+class TensorArrayStore:
+    """The runtime storage behind one TensorArray handle."""
+
+    __slots__ = ("name", "dtype", "size", "dynamic_size", "clear_after_read", "element_shape",
+                 "infer_shape", "elements", "read_once", "grads")
+
+    def __init__(self, name: str, dtype: dtypes.DType, size: int, dynamic_size: bool,
+                 clear_after_read: bool, element_shape: tuple | None, infer_shape: bool) -> None:
+        self.name = name
+        self.dtype = dtype
+        self.size = int(size)
+        self.dynamic_size = dynamic_size
+        self.clear_after_read = clear_after_read
+        self.element_shape = element_shape
+        self.infer_shape = infer_shape
+        self.elements: list[Any] = [None] * self.size
+        self.read_once: list[bool] = [False] * self.size
+        self.grads: dict[str, TensorArrayStore] = {}
+
+    def _describe(self) -> str:
+        return (f"TensorArray '{self.name}' (size {len(self.elements)}, "
+                f"dynamic_size={self.dynamic_size})")
+
+    def _index(self, index: Any, what: str) -> int:
+        i = int(index)
+        if i < 0:
+            raise OutOfRangeError(f"{what} of negative index {i} in {self._describe()}")
+        if i >= len(self.elements):
+            if what == "write" and self.dynamic_size:
+                grow = i + 1 - len(self.elements)
+                self.elements.extend([None] * grow)
+                self.read_once.extend([False] * grow)
+            else:
+                prep = "to" if what == "write" else "from"
+                raise OutOfRangeError(f"{what} of index {i} {prep} {self._describe()}")
+        return i
+
+    def write(self, index: Any, value: Any, accumulate: bool = False) -> None:
+        i = self._index(index, "write")
+        if getattr(value, "dtype", None) != self.dtype.np:
+            raise InvalidArgumentError(
+                f"write of a {getattr(value, 'dtype', type(value))} value to index {i} of "
+                f"{self._describe()} which holds {self.dtype}")
+        shape = tuple(np.shape(value))
+        if self.infer_shape:
+            if self.element_shape is None:
+                self.element_shape = shape
+            elif not _compatible(self.element_shape, shape):
+                raise InvalidArgumentError(
+                    f"write of shape {list(shape)} to index {i} of {self._describe()} whose "
+                    f"elements have shape {list(self.element_shape)}")
+            elif any(d is None for d in self.element_shape):
+                self.element_shape = shape
+        old = self.elements[i]
+        if old is not None:
+            if not accumulate:
+                raise InvalidArgumentError(
+                    f"index {i} of {self._describe()} was already written; a TensorArray "
+                    "index can be written only once")
+            value = old + value
+        self.elements[i] = value
+
+    def read(self, index: Any) -> Any:
+        i = self._index(index, "read")
+        v = self.elements[i]
+        if v is None:
+            if self.read_once[i]:
+                raise InvalidArgumentError(
+                    f"read of index {i} from {self._describe()} which was already read and "
+                    "cleared (clear_after_read=True)")
+            if self.element_shape is not None and all(d is not None for d in self.element_shape):
+                # TF semantics for gradient arrays: an unwritten element of a known shape is 0.
+                if self.name.endswith("@grad"):
+                    return np.zeros(self.element_shape, self.dtype.np)[()]
+            raise InvalidArgumentError(
+                f"read of index {i} from {self._describe()} which was never written")
+        if self.clear_after_read:
+            self.elements[i] = None
+            self.read_once[i] = True
+        return v
+
+    def stack(self, indices: Any = None) -> Any:
+        idx = range(len(self.elements)) if indices is None else [int(i) for i in indices]
+        vals = [self.read(i) for i in idx]
+        if not vals:
+            shape = self.element_shape if self.element_shape is not None and \
+                all(d is not None for d in self.element_shape) else ()
+            return np.zeros((0,) + tuple(shape), self.dtype.np)
+        return np.stack([np.asarray(v) for v in vals])
+
+    def concat(self) -> tuple[Any, Any]:
+        vals = [np.asarray(self.read(i)) for i in range(len(self.elements))]
+        lengths = np.asarray([v.shape[0] if v.ndim else 1 for v in vals], np.int64)
+        if not vals:
+            return np.zeros((0,), self.dtype.np), lengths
+        return np.concatenate([v if v.ndim else v[None] for v in vals]), lengths
+
+    def scatter(self, indices: Any, value: Any) -> None:
+        value = np.asarray(value)
+        idx = [int(i) for i in np.asarray(indices).reshape(-1)]
+        if len(idx) != value.shape[0]:
+            raise InvalidArgumentError(
+                f"scatter of {value.shape[0]} rows to {len(idx)} indices of {self._describe()}")
+        for k, i in enumerate(idx):
+            self.write(i, value[k][()] if value.ndim == 1 else value[k])
+
+    def split(self, value: Any, lengths: Any) -> None:
+        value = np.asarray(value)
+        start = 0
+        for i, n in enumerate(np.asarray(lengths).reshape(-1)):
+            self.write(i, value[start:start + int(n)])
+            start += int(n)
+
+
+def _compatible(a: tuple, b: tuple) -> bool:
+    return len(a) == len(b) and all(x is None or x == y for x, y in zip(a, b))
+
+
+def _ta_create(xp, size, *, dtype, dynamic_size, clear_after_read, element_shape,
+               infer_shape, ta_name):
+    store = TensorArrayStore(ta_name, dtype, size, dynamic_size, clear_after_read,
+                             element_shape, infer_shape)
+    return store, _FLOW_VALUE
+
+
+def _ta_write(xp, handle, index, value, flow):
+    handle.write(index, value)
+    return _FLOW_VALUE
+
+
+def _ta_read(xp, handle, index, flow, *, dtype, element_shape):
+    return handle.read(index)
+
+
+def _ta_gather(xp, handle, indices, flow, *, dtype, element_shape):
+    return handle.stack(np.asarray(indices).reshape(-1))
+
+
+def _ta_stack(xp, handle, flow, *, dtype, element_shape):
+    return handle.stack()
+
+
+def _ta_scatter(xp, handle, indices, value, flow):
+    handle.scatter(indices, value)
+    return _FLOW_VALUE
+
+
+def _ta_unstack(xp, handle, value, flow):
+    handle.scatter(np.arange(np.shape(value)[0]), value)
+    return _FLOW_VALUE
+
+
+def _ta_concat(xp, handle, flow, *, dtype, element_shape):
+    return handle.concat()
+
+
+def _ta_size(xp, handle, flow):
+    return np.int32(len(handle.elements))
+
+
+def _ta_grad(xp, handle, flow, *, source):
+    """The gradient array of `handle` (one per source), created on first use."""
+    g = handle.grads.get(source)
+    if g is None:
+        g = TensorArrayStore(f"{handle.name}@grad", handle.dtype, len(handle.elements),
+                             handle.dynamic_size, False, handle.element_shape, True)
+        handle.grads[source] = g
+    return g, _FLOW_VALUE
+
+
+def _ta_write_accumulate(xp, handle, index, value, flow):
+    handle.write(index, value, accumulate=True)
+    return _FLOW_VALUE
+
+
+def _ta_scatter_accumulate(xp, handle, indices, value, flow):
+    value = np.asarray(value)
+    for k, i in enumerate(np.asarray(indices).reshape(-1)):
+        handle.write(i, value[k][()] if value.ndim == 1 else value[k], accumulate=True)
+    return _FLOW_VALUE
+
+
+def _elem_type(*, dtype, element_shape, **_: Any) -> TensorType:
+    return TensorType(dtype, element_shape)
+
+
+def _stacked_type(*, dtype, element_shape, **_: Any) -> TensorType:
+    return TensorType(dtype, None if element_shape is None else (None,) + tuple(element_shape))
+
+
+register(OpDef("TensorArrayV3", kernel=_ta_create,
+               infer=lambda size, **kw: [_RESOURCE, _FLOW]))
+register(OpDef("TensorArrayWriteV3", kernel=_ta_write, infer=lambda h, i, v, f: _FLOW))
+register(OpDef("TensorArrayReadV3", kernel=_ta_read,
+               infer=lambda h, i, f, **kw: _elem_type(**kw)))
+register(OpDef("TensorArrayGatherV3", kernel=_ta_gather,
+               infer=lambda h, i, f, **kw: _stacked_type(**kw)))
+register(OpDef("TensorArrayStack", kernel=_ta_stack,
+               infer=lambda h, f, **kw: _stacked_type(**kw)))
+register(OpDef("TensorArrayScatterV3", kernel=_ta_scatter, infer=lambda h, i, v, f: _FLOW))
+register(OpDef("TensorArrayUnstack", kernel=_ta_unstack, infer=lambda h, v, f: _FLOW))
+register(OpDef("TensorArrayConcatV3", kernel=_ta_concat, infer=lambda h, f, *, dtype,
+               element_shape: [TensorType(dtype, None if element_shape is None else
+                                          (None,) + tuple(element_shape[1:])),
+                               TensorType(dtypes.int64, (None,))]))
+register(OpDef("TensorArraySizeV3", kernel=_ta_size,
+               infer=lambda h, f: TensorType(dtypes.int32, ())))
+register(OpDef("TensorArrayGradV3", kernel=_ta_grad, infer=lambda h, f, **kw: [_RESOURCE, _FLOW]))
+register(OpDef("TensorArrayWriteAccumulate", kernel=_ta_write_accumulate,
+               infer=lambda h, i, v, f: _FLOW))
+register(OpDef("TensorArrayScatterAccumulate", kernel=_ta_scatter_accumulate,
+               infer=lambda h, i, v, f: _FLOW))
+not_differentiable("TensorArraySizeV3", "TensorArrayGradV3", "TensorArrayV3")
+
+
+# ------------------------------------------------------------------- py_func
+def _py_func_kernel(xp, *args, fn, tout, stateful, fn_name):
+    result = fn(*args)
+    outs = list(result) if isinstance(result, (list, tuple)) else [result]
+    if len(outs) != len(tout):
+        raise InvalidArgumentError(
+            f"py_func {fn_name} returned {len(outs)} values, Tout declares {len(tout)}")
+    conv = []
+    for k, (v, dt) in enumerate(zip(outs, tout)):
+        try:
+            arr = np.asarray(v, dtype=dt.np)
+        except (TypeError, ValueError) as e:
+            raise InvalidArgumentError(
+                f"py_func {fn_name} output {k} ({type(v).__name__}) cannot be converted to "
+                f"{dt}: {e}") from e
+        conv.append(arr[()] if arr.ndim == 0 else arr)
+    return tuple(conv)
+
+
+def _py_func_infer(*inputs: TensorType, fn, tout, stateful, fn_name) -> list[TensorType]:
+    return [TensorType(dt, None) for dt in tout]
+
+
+register(OpDef("PyFunc", infer=_py_func_infer, kernel=_py_func_kernel, stateful=True,
+               host_only=True))
+register(OpDef("PyFuncStateless", infer=_py_func_infer, kernel=_py_func_kernel,
+               host_only=True))
+
+
+def py_func(fn: Callable[..., Any], inputs: list, Tout: Any, stateful: bool = True,
+            name: str | None = None) -> Any:
+    """Run the Python function `fn(*numpy_inputs)` inside the graph.
+
+    Its results are converted to the dtypes in `Tout` (a dtype, or a list of them);
+    their static shapes are unknown. It runs in the process that holds its device.
+    Returns a tensor when Tout is a single dtype, else a list of tensors.
+    """
+    single = not isinstance(Tout, (list, tuple))
+    tout = [dtypes.as_dtype(t) for t in ([Tout] if single else Tout)]
+    fn_name = getattr(fn, "__name__", type(fn).__name__)
+    out = apply("PyFunc" if stateful else "PyFuncStateless", list(inputs), name=name or "PyFunc",
+                fn=fn, tout=tout, stateful=stateful, fn_name=fn_name)
+    outs = list(out) if isinstance(out, tuple) else [out]
+    if not outs:
+        return out
+    return outs[0] if single else outs
+
+
+# --------------------------------------------------------------------- print_
+def _print_kernel(xp, x, *data, message, summarize, stream):
+    parts = [message] if message else []
+    for d in (data or (x,)):
+        parts.append(np.array2string(np.asarray(d), threshold=summarize * 2, edgeitems=summarize)
+                     if np.ndim(d) else str(d))
+    print(" ".join(parts), file=sys.stderr if stream == "stderr" else sys.stdout, flush=True)
+    return x
+
+
+register(OpDef("Print", infer=lambda x, *d, **kw: x, kernel=_print_kernel, stateful=True,
+               host_only=True))
+
+
+def print_(input_: Any, data: list | None = None, message: str = "", summarize: int = 3,
+           output_stream: str = "stdout", name: str | None = None) -> Tensor:
+    """Print `message` and the values of `data` (default: `input_`) when this op runs,
+    then pass `input_` through unchanged. Inside loops, prints follow iteration order."""
+    return apply("Print", [input_] + list(data or []), name=name or "Print", message=message,
+                 summarize=summarize, stream=output_stream)
+
+
+# ------------------------------------------------------------------- stacks
+class StackStore:
+    """A LIFO of saved forward values (one per loop value the gradient needs)."""
+
+    __slots__ = ("name", "items", "swap_memory", "pushes")
+
+    def __init__(self, name: str, swap_memory: bool) -> None:
+        self.name = name
+        self.items: list[Any] = []
+        self.swap_memory = swap_memory
+        self.pushes = 0
+
+    def push(self, value: Any) -> Any:
+        self.items.append(value)
+        self.pushes += 1
+        return value
+
+    def pop(self) -> Any:
+        if not self.items:
+            raise OutOfRangeError(f"pop from empty stack '{self.name}'")
+        return self.items.pop()
+
+
+def _stack_create(xp, *, elem_type, stack_name, swap_memory):
+    return StackStore(stack_name, swap_memory)
+
+
+def _stack_push(xp, handle, value, *, swap_memory):
+    return handle.push(value)
+
+
+def _stack_pop(xp, handle, *, elem_type, shape):
+    return handle.pop()
+
+
+register(OpDef("StackV2", kernel=_stack_create, infer=lambda **kw: _RESOURCE))
+register(OpDef("StackPushV2", kernel=_stack_push, infer=lambda h, v, **kw: v, stateful=True))
+register(OpDef("StackPopV2", kernel=_stack_pop, stateful=True,
+               infer=lambda h, *, elem_type, shape: TensorType(elem_type, shape)))
+not_differentiable("StackV2", "StackPushV2", "StackPopV2")

@@ -1,0 +1,1121 @@
+"""Math ops: elementwise arithmetic, comparisons and logic, reductions, matmul, cast, range.
+
+Binary ops follow numpy broadcasting and need equal dtypes; a Python or numpy operand
+takes the dtype of the tensor it meets (``x * 2`` with float32 x multiplies by a float32
+2). Importing this module installs the Python operators on Tensor.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import math
+from typing import Any
+
+import numpy as np
+
+from dcf import dtypes
+from dcf.errors import InvalidArgumentError
+from dcf.graph import Tensor, TensorType
+from dcf.ops.array_ops import (
+    _check_int,
+    _check_scalar_int,
+    _const,
+    _fill_dyn,
+    _gradient,
+    _ints,
+    _is_tensorlike,
+    _known,
+    _norm_axis,
+    _prod,
+    _s,
+    _shape_of,
+    broadcast_gradient_args,
+    broadcast_to,
+    ones_like,
+    reduced_shape,
+    reshape,
+    select,
+    shape,
+    size,
+    squeeze,
+    strided_slice,
+    zeros_like,
+)
+from dcf.ops.registry import (
+    OpDef,
+    RegisterGradient,
+    apply,
+    binary_infer,
+    broadcast_shape,
+    constant_value,
+    convert_to_tensor,
+    not_differentiable,
+    register,
+)
+
+__all__ = [
+    "abs",
+    "add",
+    "add_n",
+    "argmax",
+    "argmin",
+    "cast",
+    "clip_by_value",
+    "cos",
+    "divide",
+    "equal",
+    "exp",
+    "floordiv",
+    "greater",
+    "greater_equal",
+    "less",
+    "less_equal",
+    "log",
+    "log1p",
+    "logical_and",
+    "logical_not",
+    "logical_or",
+    "matmul",
+    "maximum",
+    "minimum",
+    "mod",
+    "multiply",
+    "negative",
+    "not_equal",
+    "pow",
+    "range",
+    "reduce_max",
+    "reduce_mean",
+    "reduce_min",
+    "reduce_prod",
+    "reduce_sum",
+    "relu",
+    "rsqrt",
+    "sigmoid",
+    "sign",
+    "sin",
+    "softplus",
+    "sqrt",
+    "square",
+    "subtract",
+    "tanh",
+]
+
+_pyrange = builtins.range  # `range` and `abs` below are dcf ops
+_pyabs = builtins.abs
+
+
+# --------------------------------------------------------------- conversion
+def _const_like(value: Any, dtype: dtypes.DType, graph: Any) -> Tensor:
+    """A Python/numpy operand as a Const of the dtype of the tensor it meets."""
+    kind = np.asarray(value).dtype.kind
+    ok = kind in "iu" if dtype.is_integer else kind in "iuf" if dtype.is_floating else kind == "b"
+    if not ok:
+        raise TypeError(
+            f"cannot use {value!r} ({np.asarray(value).dtype}) with a {dtype} "
+            "tensor; convert it with dcf.cast or dcf.constant(..., dtype=)"
+        )
+    return _const(value, dtype, graph)
+
+
+def _pair(x: Any, y: Any) -> tuple[Tensor, Tensor]:
+    """Both operands as tensors; a non-tensor takes the other operand's dtype."""
+    xt, yt = _is_tensorlike(x), _is_tensorlike(y)
+    if xt:
+        x = convert_to_tensor(x)
+    if yt:
+        y = convert_to_tensor(y)
+    if xt and not yt:
+        y = _const_like(y, x.dtype, x.graph)
+    elif yt and not xt:
+        x = _const_like(x, y.dtype, y.graph)
+    elif not xt and not yt:
+        dx, dy = dtypes.infer_dtype(x), dtypes.infer_dtype(y)
+        dt = dx if dx is dy or dx.is_floating else dy
+        x, y = _const_like(x, dt, None), _const_like(y, dt, None)
+    return x, y
+
+
+_KINDS = {
+    "numeric": ("int or float", lambda d: d.is_integer or d.is_floating),
+    "float": ("float", lambda d: d.is_floating),
+    "bool": ("bool", lambda d: d.is_bool),
+    "any": ("any", lambda d: True),
+}
+
+
+def _check_kind(t: TensorType, kind: str) -> None:
+    desc, ok = _KINDS[kind]
+    if not ok(t.dtype):
+        raise TypeError(f"does not support {t.dtype} tensors (needs {desc}), got {t}")
+
+
+def _binary_infer(kind: str, bool_out: bool):
+    def infer(a: TensorType, b: TensorType) -> TensorType:
+        out = binary_infer(a, b)
+        _check_kind(a, kind)
+        return TensorType(dtypes.bool_, out.shape) if bool_out else out
+
+    return infer
+
+
+def _unary_infer(kind: str):
+    def infer(x: TensorType) -> TensorType:
+        _check_kind(x, kind)
+        return x
+
+    return infer
+
+
+# ------------------------------------------------- broadcasting in gradients
+def _reduction_plan(xs: tuple | None, others: list) -> tuple[int, list[int]] | None:
+    """How to sum a gradient shaped like broadcast(x, *others) down to x's shape:
+    (number of leading axes to drop, x's axes to sum keeping them), or None when
+    some axis may or may not have been broadcast (decided at run time then)."""
+    if xs is None or any(o is None for o in others):
+        return None
+    n = builtins.max([len(xs)] + [len(o) for o in others])
+    lead = n - len(xs)
+    keep = []
+    for i, d in enumerate(xs):
+        j = i + lead
+        ods = [o[j - n + len(o)] for o in others if j - n + len(o) >= 0]
+        if d == 1:
+            if any(od != 1 for od in ods):
+                keep.append(i)  # summing a size-1 output axis with keepdims is harmless
+        elif d is None and any(od != 1 for od in ods):
+            return None
+    return lead, keep
+
+
+def _sum_to(g: Tensor | None, x: Tensor, *others: Any) -> Tensor | None:
+    """Sum `g` (shaped like the broadcast of x with `others`, tensors or static shapes)
+    down to x's shape: statically when the shapes say which axes were broadcast, else with
+    BroadcastGradientArgs at run time."""
+    if g is None:
+        return None
+    shapes = [o.shape if isinstance(o, Tensor) else o for o in others]
+    plan = _reduction_plan(x.shape, shapes)
+    if plan is None and g.shape is not None:
+        plan = _reduction_plan(x.shape, [g.shape])
+    if plan is None:
+        sx = shape(x)
+        r, _ = broadcast_gradient_args(sx, shape(g))
+        return reshape(reduce_sum(g, r), sx)
+    lead, keep = plan
+    if not lead and not keep:
+        return g
+    axes = list(_pyrange(lead)) + [lead + k for k in keep]
+    if not keep:
+        return reduce_sum(g, axes)
+    out = reduce_sum(g, axes, keepdims=True)
+    return squeeze(out, list(_pyrange(lead))) if lead else out
+
+
+# ------------------------------------------------------------ binary ops
+def _tanh_grad(xp, y, dy):
+    if y.ndim == 0 or y.shape != dy.shape:  # in place only when no broadcasting
+        return dy * (1 - y * y)
+    out = y * y
+    xp.subtract(1, out, out=out)
+    out *= dy
+    return out
+
+
+def _sigmoid_grad(xp, y, dy):
+    if y.ndim == 0 or y.shape != dy.shape:
+        return dy * y * (1 - y)
+    out = 1 - y
+    out *= y
+    out *= dy
+    return out
+
+
+# fmt: off
+#   type          kernel (xp = numpy or cupy)           dtypes     bool out
+_BINARY = [
+    ("Add",        lambda xp, a, b: a + b,               "numeric", False),
+    ("Sub",        lambda xp, a, b: a - b,               "numeric", False),
+    ("Mul",        lambda xp, a, b: a * b,               "numeric", False),
+    ("RealDiv",    lambda xp, a, b: a / b,               "float",   False),
+    ("FloorDiv",   lambda xp, a, b: a // b,              "numeric", False),
+    ("FloorMod",   lambda xp, a, b: a % b,               "numeric", False),
+    ("Pow",        lambda xp, a, b: a ** b,              "numeric", False),
+    ("Maximum",    lambda xp, a, b: xp.maximum(a, b),    "numeric", False),
+    ("Minimum",    lambda xp, a, b: xp.minimum(a, b),    "numeric", False),
+    ("Equal",      lambda xp, a, b: a == b,              "any",     True),
+    ("NotEqual",   lambda xp, a, b: a != b,              "any",     True),
+    ("Less",       lambda xp, a, b: a < b,               "numeric", True),
+    ("LessEqual",  lambda xp, a, b: a <= b,              "numeric", True),
+    ("Greater",    lambda xp, a, b: a > b,               "numeric", True),
+    ("GreaterEqual", lambda xp, a, b: a >= b,            "numeric", True),
+    ("LogicalAnd", lambda xp, a, b: a & b,               "bool",    True),
+    ("LogicalOr",  lambda xp, a, b: a | b,               "bool",    True),
+    # fused backward ops of tanh/sigmoid/relu: (y, dy) and (dy, y)
+    ("TanhGrad",   _tanh_grad,                           "float",   False),
+    ("SigmoidGrad", _sigmoid_grad,                       "float",   False),
+    ("ReluGrad",   lambda xp, dy, y: dy * (y > 0),       "numeric", False),
+]
+# fmt: on
+for _type, _kernel, _kind, _bool_out in _BINARY:
+    register(OpDef(_type, infer=_binary_infer(_kind, _bool_out), kernel=_kernel))
+not_differentiable(
+    "FloorDiv",
+    "Equal",
+    "NotEqual",
+    "Less",
+    "LessEqual",
+    "Greater",
+    "GreaterEqual",
+    "LogicalAnd",
+    "LogicalOr",
+)
+
+
+def _binary_grad(type_: str):
+    def deco(fn):
+        def grad(op, g):
+            x, y = op.inputs
+            gx, gy = fn(op, g, x, y)
+            return [_sum_to(gx, x, y), _sum_to(gy, y, x)]
+
+        return _gradient(type_)(grad)
+
+    return deco
+
+
+@_binary_grad("Add")
+def _add_grad(op, g, x, y):
+    return g, g
+
+
+@_binary_grad("Sub")
+def _sub_grad(op, g, x, y):
+    return g, -g
+
+
+@_binary_grad("Mul")
+def _mul_grad(op, g, x, y):
+    return g * y, x * g
+
+
+@_binary_grad("RealDiv")
+def _div_grad(op, g, x, y):
+    return g / y, -g * op.outputs[0] / y
+
+
+@_binary_grad("FloorMod")
+def _floor_mod_grad(op, g, x, y):
+    return g, -g * floordiv(x, y)
+
+
+@_binary_grad("Pow")
+def _pow_grad(op, g, x, y):
+    z = op.outputs[0]
+    log_x = select(x > 0, log(select(x > 0, x, ones_like(x))), zeros_like(x))
+    return g * y * pow(x, y - 1), g * z * log_x
+
+
+@_binary_grad("Maximum")
+def _maximum_grad(op, g, x, y):
+    mask, z = greater_equal(x, y), zeros_like(g)
+    return select(mask, g, z), select(mask, z, g)
+
+
+@_binary_grad("Minimum")
+def _minimum_grad(op, g, x, y):
+    mask, z = less_equal(x, y), zeros_like(g)
+    return select(mask, g, z), select(mask, z, g)
+
+
+@_gradient("TanhGrad")
+def _tanh_grad_grad(op, g):
+    y, dy = op.inputs
+    return [g * dy * (y * -2), apply("TanhGrad", [y, g])]
+
+
+@_gradient("SigmoidGrad")
+def _sigmoid_grad_grad(op, g):
+    y, dy = op.inputs
+    return [g * dy * (1 - y * 2), apply("SigmoidGrad", [y, g])]
+
+
+@_gradient("ReluGrad")
+def _relu_grad_grad(op, g):
+    return [apply("ReluGrad", [g, op.inputs[1]]), None]
+
+
+# ------------------------------------------------------------- unary ops
+def _quiet_overflow(xp):
+    """numpy warns when exp overflows to inf, the right limit in sigmoid; cupy never warns."""
+    es = getattr(xp, "errstate", None)
+    return es(over="ignore") if es is not None else contextlib.nullcontext()
+
+
+def _sigmoid(xp, x):
+    # 1/(1+exp(-x)) in place: as fast as 0.5*tanh(0.5x)+0.5 (4 ufunc calls on 64x64) and,
+    # unlike it, accurate relative to tiny results for very negative x
+    with _quiet_overflow(xp):
+        if x.ndim == 0:
+            return 1 / (1 + xp.exp(-x))
+        y = xp.negative(x)
+        xp.exp(y, out=y)
+        y += 1
+        xp.reciprocal(y, out=y)
+        return y
+
+
+# fmt: off
+#   type          kernel                                dtypes     gradient (op, g, x, y) -> dx
+_UNARY = [
+    ("Neg",        lambda xp, x: -x,                     "numeric", lambda op, g, x, y: -g),
+    ("Abs",        lambda xp, x: xp.abs(x),              "numeric", lambda op, g, x, y: g * sign(x)),
+    ("Sign",       lambda xp, x: xp.sign(x),             "numeric", None),
+    ("Square",     lambda xp, x: x * x,                  "numeric", lambda op, g, x, y: g * (x * 2)),
+    ("Sqrt",       lambda xp, x: xp.sqrt(x),             "float",   lambda op, g, x, y: g * 0.5 / y),
+    ("Rsqrt",      lambda xp, x: 1 / xp.sqrt(x),         "float",
+     lambda op, g, x, y: g * (y * y * y) * -0.5),
+    ("Exp",        lambda xp, x: xp.exp(x),              "float",   lambda op, g, x, y: g * y),
+    ("Log",        lambda xp, x: xp.log(x),              "float",   lambda op, g, x, y: g / x),
+    ("Log1p",      lambda xp, x: xp.log1p(x),            "float",   lambda op, g, x, y: g / (x + 1)),
+    ("Tanh",       lambda xp, x: xp.tanh(x),             "float",
+     lambda op, g, x, y: apply("TanhGrad", [y, g])),
+    ("Sigmoid",    _sigmoid,                             "float",
+     lambda op, g, x, y: apply("SigmoidGrad", [y, g])),
+    ("Relu",       lambda xp, x: xp.maximum(x, 0),       "numeric",
+     lambda op, g, x, y: apply("ReluGrad", [g, y])),
+    ("Softplus",   lambda xp, x: xp.logaddexp(x, 0),     "float",   lambda op, g, x, y: g * sigmoid(x)),
+    ("Sin",        lambda xp, x: xp.sin(x),              "float",   lambda op, g, x, y: g * cos(x)),
+    ("Cos",        lambda xp, x: xp.cos(x),              "float",   lambda op, g, x, y: -g * sin(x)),
+    ("LogicalNot", lambda xp, x: ~x,                     "bool",    None),
+]
+# fmt: on
+
+
+def _unary_grad(fn):
+    return lambda op, g: [fn(op, g, op.inputs[0], op.outputs[0])]
+
+
+for _type, _kernel, _kind, _grad in _UNARY:
+    register(OpDef(_type, infer=_unary_infer(_kind), kernel=_kernel))
+    if _grad is None:
+        not_differentiable(_type)
+    else:
+        _gradient(_type)(_unary_grad(_grad))
+
+
+# --------------------------------------------------------------- wrappers
+def add(x: Any, y: Any, name: str | None = None) -> Tensor:
+    """``x + y`` elementwise, with numpy broadcasting."""
+    return apply("Add", list(_pair(x, y)), name)
+
+
+def subtract(x: Any, y: Any, name: str | None = None) -> Tensor:
+    """``x - y`` elementwise."""
+    return apply("Sub", list(_pair(x, y)), name)
+
+
+def multiply(x: Any, y: Any, name: str | None = None) -> Tensor:
+    """``x * y`` elementwise."""
+    return apply("Mul", list(_pair(x, y)), name)
+
+
+def divide(x: Any, y: Any, name: str | None = None) -> Tensor:
+    """``x / y`` (true division); integer inputs are divided as float64 (as TF and numpy)."""
+    x, y = _pair(x, y)
+    if x.dtype.is_integer and y.dtype is x.dtype:
+        x, y = cast(x, dtypes.float64), cast(y, dtypes.float64)
+    return apply("RealDiv", [x, y], name)
+
+
+def floordiv(x: Any, y: Any, name: str | None = None) -> Tensor:
+    """``x // y`` (rounds toward -inf). Not differentiable."""
+    return apply("FloorDiv", list(_pair(x, y)), name)
+
+
+def mod(x: Any, y: Any, name: str | None = None) -> Tensor:
+    """``x % y`` (the result has the sign of y, as in Python and numpy)."""
+    return apply("FloorMod", list(_pair(x, y)), name)
+
+
+def pow(x: Any, y: Any, name: str | None = None) -> Tensor:
+    """``x ** y`` elementwise."""
+    return apply("Pow", list(_pair(x, y)), name)
+
+
+def maximum(x: Any, y: Any, name: str | None = None) -> Tensor:
+    """``np.maximum(x, y)``; on ties the gradient goes to x."""
+    return apply("Maximum", list(_pair(x, y)), name)
+
+
+def minimum(x: Any, y: Any, name: str | None = None) -> Tensor:
+    """``np.minimum(x, y)``; on ties the gradient goes to x."""
+    return apply("Minimum", list(_pair(x, y)), name)
+
+
+def equal(x: Any, y: Any, name: str | None = None) -> Tensor:
+    """``x == y`` elementwise, a bool tensor (``Tensor.__eq__`` stays identity)."""
+    return apply("Equal", list(_pair(x, y)), name)
+
+
+def not_equal(x: Any, y: Any, name: str | None = None) -> Tensor:
+    """``x != y`` elementwise, a bool tensor."""
+    return apply("NotEqual", list(_pair(x, y)), name)
+
+
+def less(x: Any, y: Any, name: str | None = None) -> Tensor:
+    """``x < y`` elementwise, a bool tensor."""
+    return apply("Less", list(_pair(x, y)), name)
+
+
+def less_equal(x: Any, y: Any, name: str | None = None) -> Tensor:
+    """``x <= y`` elementwise, a bool tensor."""
+    return apply("LessEqual", list(_pair(x, y)), name)
+
+
+def greater(x: Any, y: Any, name: str | None = None) -> Tensor:
+    """``x > y`` elementwise, a bool tensor."""
+    return apply("Greater", list(_pair(x, y)), name)
+
+
+def greater_equal(x: Any, y: Any, name: str | None = None) -> Tensor:
+    """``x >= y`` elementwise, a bool tensor."""
+    return apply("GreaterEqual", list(_pair(x, y)), name)
+
+
+def logical_and(x: Any, y: Any, name: str | None = None) -> Tensor:
+    """``x & y`` on bool tensors."""
+    return apply("LogicalAnd", list(_pair(x, y)), name)
+
+
+def logical_or(x: Any, y: Any, name: str | None = None) -> Tensor:
+    """``x | y`` on bool tensors."""
+    return apply("LogicalOr", list(_pair(x, y)), name)
+
+
+def logical_not(x: Any, name: str | None = None) -> Tensor:
+    """``~x`` on a bool tensor."""
+    return apply("LogicalNot", [x], name)
+
+
+def negative(x: Any, name: str | None = None) -> Tensor:
+    """``-x``."""
+    return apply("Neg", [x], name)
+
+
+def abs(x: Any, name: str | None = None) -> Tensor:
+    """``np.abs(x)``."""
+    return apply("Abs", [x], name)
+
+
+def sign(x: Any, name: str | None = None) -> Tensor:
+    """``np.sign(x)`` (-1, 0 or 1). Not differentiable."""
+    return apply("Sign", [x], name)
+
+
+def square(x: Any, name: str | None = None) -> Tensor:
+    """``x * x``."""
+    return apply("Square", [x], name)
+
+
+def sqrt(x: Any, name: str | None = None) -> Tensor:
+    """``np.sqrt(x)``."""
+    return apply("Sqrt", [x], name)
+
+
+def rsqrt(x: Any, name: str | None = None) -> Tensor:
+    """``1 / np.sqrt(x)``."""
+    return apply("Rsqrt", [x], name)
+
+
+def exp(x: Any, name: str | None = None) -> Tensor:
+    """``np.exp(x)``."""
+    return apply("Exp", [x], name)
+
+
+def log(x: Any, name: str | None = None) -> Tensor:
+    """``np.log(x)`` (natural logarithm)."""
+    return apply("Log", [x], name)
+
+
+def log1p(x: Any, name: str | None = None) -> Tensor:
+    """``np.log1p(x)``, i.e. log(1 + x), accurate for small x."""
+    return apply("Log1p", [x], name)
+
+
+def tanh(x: Any, name: str | None = None) -> Tensor:
+    """``np.tanh(x)``."""
+    return apply("Tanh", [x], name)
+
+
+def sigmoid(x: Any, name: str | None = None) -> Tensor:
+    """``1 / (1 + np.exp(-x))``, finite for all x."""
+    return apply("Sigmoid", [x], name)
+
+
+def relu(features: Any, name: str | None = None) -> Tensor:
+    """``np.maximum(features, 0)``."""
+    return apply("Relu", [features], name)
+
+
+def softplus(features: Any, name: str | None = None) -> Tensor:
+    """``np.log(1 + np.exp(features))``, computed without overflow."""
+    return apply("Softplus", [features], name)
+
+
+def sin(x: Any, name: str | None = None) -> Tensor:
+    """``np.sin(x)``."""
+    return apply("Sin", [x], name)
+
+
+def cos(x: Any, name: str | None = None) -> Tensor:
+    """``np.cos(x)``."""
+    return apply("Cos", [x], name)
+
+
+# ------------------------------------------------------------------ add_n
+def _add_n_infer(*xs: TensorType) -> TensorType:
+    out = xs[0]
+    for x in xs[1:]:
+        out = binary_infer(out, x)
+    _check_kind(out, "numeric")
+    if any(x.shape is not None and len(x.shape) != len(out.shape or x.shape) for x in xs):
+        raise InvalidArgumentError("inputs differ in rank")
+    return out
+
+
+def _add_n(xp, *xs):
+    if len(xs) == 1:
+        return xs[0]
+    out = xs[0] + xs[1]
+    for x in xs[2:]:
+        out = out + x if out.ndim == 0 else xp.add(out, x, out=out)
+    return out
+
+
+register(OpDef("AddN", infer=_add_n_infer, kernel=_add_n))
+RegisterGradient("AddN")(lambda op, g: [g] * len(op.inputs))
+
+
+def add_n(inputs: Any, name: str | None = None) -> Tensor:
+    """``sum(inputs)`` for a list of tensors of one dtype and shape."""
+    inputs = list(inputs)
+    if not inputs:
+        raise ValueError("add_n needs at least one input")
+    return apply("AddN", inputs, name)
+
+
+# ------------------------------------------------------------------- cast
+def _cast_infer(x: TensorType, *, dtype: dtypes.DType) -> TensorType:
+    return TensorType(dtype, x.shape)
+
+
+register(OpDef("Cast", infer=_cast_infer, kernel=lambda xp, x, *, dtype: x.astype(dtype.np)))
+
+
+@_gradient("Cast")
+def _cast_grad(op, g):
+    x = op.inputs[0]
+    if x.dtype.is_floating and op.outputs[0].dtype.is_floating:
+        return [cast(g, x.dtype)]
+    return [None]
+
+
+def cast(x: Any, dtype: Any, name: str | None = None) -> Tensor:
+    """``x.astype(dtype)`` (float to int truncates toward 0; nonzero to bool is True).
+
+    Returns x itself when it already has that dtype.
+    """
+    dt = dtypes.as_dtype(dtype)
+    x = convert_to_tensor(x)
+    if x.dtype is dt:
+        return x
+    return apply("Cast", [x], name, dtype=dt)
+
+
+# ----------------------------------------------------------------- matmul
+def _matmul_dims(t: TensorType, transpose: bool) -> tuple:
+    m, k = t.shape[-2:]
+    return (k, m) if transpose else (m, k)
+
+
+def _matmul_check(
+    a: TensorType,
+    b: TensorType,
+    transpose_a: bool,
+    transpose_b: bool,
+    min_rank: int,
+    max_rank: int | None,
+) -> tuple:
+    if a.dtype is not b.dtype:
+        raise TypeError(f"dtypes differ: {a.dtype} vs {b.dtype}; cast one with dcf.cast")
+    if a.dtype.is_bool:
+        raise TypeError(f"does not support bool tensors, got {a}")
+    for t, what in ((a, "a"), (b, "b")):
+        if t.shape is not None and not min_rank <= t.rank <= (max_rank or t.rank):
+            need = "rank 2" if max_rank == 2 else "rank >= 2"
+            raise InvalidArgumentError(f"{what} must have {need}, got {t}")
+    if a.shape is None or b.shape is None:
+        return None, None
+    (m, k1), (k2, n) = _matmul_dims(a, transpose_a), _matmul_dims(b, transpose_b)
+    if k1 is not None and k2 is not None and k1 != k2:
+        ta, tb = " (transposed)" * transpose_a, " (transposed)" * transpose_b
+        raise InvalidArgumentError(f"inner dimensions differ: a is {a}{ta}, b is {b}{tb}")
+    return m, n
+
+
+def _matmul_infer(
+    a: TensorType, b: TensorType, *, transpose_a: bool, transpose_b: bool
+) -> TensorType:
+    m, n = _matmul_check(a, b, transpose_a, transpose_b, 2, 2)
+    return TensorType(a.dtype, (m, n))
+
+
+def _batch_matmul_infer(
+    a: TensorType, b: TensorType, *, transpose_a: bool, transpose_b: bool
+) -> TensorType:
+    m, n = _matmul_check(a, b, transpose_a, transpose_b, 2, None)
+    if a.shape is None or b.shape is None:
+        return TensorType(a.dtype, None)
+    return TensorType(a.dtype, broadcast_shape(a.shape[:-2], b.shape[:-2]) + (m, n))
+
+
+def _matmul(xp, a, b, *, transpose_a, transpose_b):
+    return (a.T if transpose_a else a) @ (b.T if transpose_b else b)
+
+
+def _batch_matmul(xp, a, b, *, transpose_a, transpose_b):
+    return (xp.swapaxes(a, -1, -2) if transpose_a else a) @ (
+        xp.swapaxes(b, -1, -2) if transpose_b else b
+    )
+
+
+register(OpDef("MatMul", infer=_matmul_infer, kernel=_matmul))
+register(OpDef("BatchMatMulV2", infer=_batch_matmul_infer, kernel=_batch_matmul))
+
+
+def _matmul_grads(op, g) -> tuple[Tensor, Tensor]:
+    a, b = op.inputs
+    ta, tb = op.attrs["transpose_a"], op.attrs["transpose_b"]
+    if not ta and not tb:
+        return matmul(g, b, transpose_b=True), matmul(a, g, transpose_a=True)
+    if ta and not tb:
+        return matmul(b, g, transpose_b=True), matmul(a, g)
+    if not ta and tb:
+        return matmul(g, b), matmul(g, a, transpose_a=True)
+    return matmul(b, g, transpose_a=True, transpose_b=True), matmul(
+        g, a, transpose_a=True, transpose_b=True
+    )
+
+
+@_gradient("MatMul")
+def _matmul_grad(op, g):
+    return list(_matmul_grads(op, g))
+
+
+@_gradient("BatchMatMulV2")
+def _batch_matmul_grad(op, g):
+    a, b = op.inputs
+    ga, gb = _matmul_grads(op, g)
+
+    def batch_only(t):  # the matrix axes are never broadcast
+        return None if t.shape is None else t.shape[:-2] + (1, 1)
+
+    return [_sum_to(ga, a, batch_only(b)), _sum_to(gb, b, batch_only(a))]
+
+
+def matmul(
+    a: Any, b: Any, transpose_a: bool = False, transpose_b: bool = False, name: str | None = None
+) -> Tensor:
+    """``(a.T if transpose_a else a) @ (b.T if transpose_b else b)``.
+
+    Inputs of rank > 2 are stacks of matrices (numpy matmul: batch axes broadcast, and
+    transposes swap the last two axes). Raises InvalidArgumentError when the inner
+    dimensions differ.
+    """
+    a, b = _pair(a, b)
+    type_ = "MatMul" if a.type.rank == 2 and b.type.rank == 2 else "BatchMatMulV2"
+    return apply(type_, [a, b], name, transpose_a=bool(transpose_a), transpose_b=bool(transpose_b))
+
+
+# ------------------------------------------------------------- reductions
+def _reduce_infer(
+    x: TensorType, *dyn: TensorType, axis: tuple | None, keepdims: bool
+) -> TensorType:
+    _check_kind(x, "numeric")
+    if dyn:
+        a = dyn[0]
+        _check_int(a, "axis")
+        if x.shape is None:
+            return TensorType(x.dtype, None)
+        if keepdims:
+            return TensorType(x.dtype, (None,) * x.rank)
+        if a.shape == ():
+            return TensorType(x.dtype, (None,) * (x.rank - 1))
+        if a.shape is not None and len(a.shape) == 1 and a.shape[0] is not None:
+            return TensorType(x.dtype, (None,) * builtins.max(x.rank - a.shape[0], 0))
+        return TensorType(x.dtype, None)
+    if axis is None:
+        if not keepdims:
+            return TensorType(x.dtype, ())
+        return TensorType(x.dtype, None if x.shape is None else (1,) * x.rank)
+    if x.shape is None:
+        return TensorType(x.dtype, None)
+    axes = {_norm_axis(a, x.rank) for a in axis}
+    if len(axes) != len(axis):
+        raise InvalidArgumentError(f"duplicate axes in {list(axis)} for {x}")
+    if keepdims:
+        return TensorType(x.dtype, tuple(1 if i in axes else d for i, d in enumerate(x.shape)))
+    return TensorType(x.dtype, tuple(d for i, d in enumerate(x.shape) if i not in axes))
+
+
+def _axis_value(a):
+    """A dynamic axis input as numpy's axis argument."""
+    return int(a) if a.ndim == 0 else _ints(a)
+
+
+def _reducer(method: str, dtype_rule: str):
+    """Reduction kernel calling the array method (faster than np.sum's Python dispatch).
+
+    dtype_rule: "same" keeps the input dtype (numpy widens int32 sums to int64), "int"
+    keeps it for ints only (a float16 mean accumulates in float32), "" leaves it to numpy.
+    """
+
+    def kernel(xp, x, *dyn, axis, keepdims):
+        if dyn:
+            axis = _axis_value(dyn[0])
+        f = getattr(x, method)
+        if dtype_rule == "same" or (dtype_rule == "int" and x.dtype.kind in "iu"):
+            out = f(axis=axis, dtype=x.dtype, keepdims=keepdims)
+        else:
+            out = f(axis=axis, keepdims=keepdims)
+        return out[()] if out.ndim == 0 else out
+
+    return kernel
+
+
+# fmt: off
+_REDUCE = [
+    ("Sum",  "sum",  "same"),
+    ("Prod", "prod", "same"),
+    ("Mean", "mean", "int"),
+    ("Max",  "max",  ""),
+    ("Min",  "min",  ""),
+]
+# fmt: on
+for _type, _method, _rule in _REDUCE:
+    register(OpDef(_type, infer=_reduce_infer, kernel=_reducer(_method, _rule)))
+
+
+def _axis_arg(op) -> Any:
+    """The reduction's axes: a tuple, None (all), or the dynamic axis tensor."""
+    return op.inputs[1] if len(op.inputs) > 1 else op.attrs["axis"]
+
+
+def _kept(op, t: Tensor) -> Tensor:
+    """t, shaped like the reduction's output, reshaped as if keepdims=True (a scalar from
+    a full reduction is left alone: it broadcasts)."""
+    x, axis = op.inputs[0], _axis_arg(op)
+    if op.attrs["keepdims"] or axis is None:
+        return t
+    r = x.type.rank
+    if isinstance(axis, tuple) and r is not None:
+        axes = {a % r for a in axis}
+        return strided_slice(
+            t, tuple(None if i in axes else builtins.slice(None) for i in _pyrange(r))
+        )
+    axes_t = axis if isinstance(axis, Tensor) else _const(list(axis), dtypes.int32)
+    return reshape(t, reduced_shape(shape(x), axes_t))
+
+
+@_gradient("Sum")
+def _sum_grad(op, g):
+    return [broadcast_to(_kept(op, g), _shape_of(op.inputs[0]))]
+
+
+@_gradient("Mean")
+def _mean_grad(op, g):
+    x, y = op.inputs[0], op.outputs[0]
+    grad = broadcast_to(_kept(op, g), _shape_of(x))
+    if _known(x.shape) and _known(y.shape):
+        return [grad / _const(_prod(x.shape) // builtins.max(_prod(y.shape), 1), x.dtype)]
+    count = cast(size(x), x.dtype) / cast(maximum(size(y), 1), x.dtype)
+    return [grad / count]
+
+
+def _minmax_grad(op, g):
+    x = op.inputs[0]
+    ind = cast(equal(x, _kept(op, op.outputs[0])), x.dtype)
+    num = reduce_sum(ind, _axis_arg(op), keepdims=True)
+    return [ind / num * _kept(op, g)]
+
+
+_gradient("Max")(_minmax_grad)
+_gradient("Min")(_minmax_grad)
+
+
+@_gradient("Prod")
+def _prod_grad(op, g):
+    # d prod / d x_i is the product of the other entries: with no zero that is prod / x_i,
+    # with one zero it is nonzero only at the zero, with two or more zeros it is 0
+    x, axis = op.inputs[0], _axis_arg(op)
+    zero = equal(x, 0)
+    xs = select(zero, ones_like(x), x)
+    p = reduce_prod(xs, axis, keepdims=True)
+    nz = reduce_sum(cast(zero, x.dtype), axis, keepdims=True)
+    z = zeros_like(p)
+    others = select(zero, select(equal(nz, 1), p, z), select(equal(nz, 0), p, z) / xs)
+    return [_kept(op, g) * others]
+
+
+def _reduce(type_: str, x: Any, axis: Any, keepdims: bool, name: str | None) -> Tensor:
+    x = convert_to_tensor(x)
+    if axis is not None and _is_tensorlike(axis):
+        v = constant_value(axis)
+        if v is None:
+            return apply(type_, [x, axis], name, axis=None, keepdims=bool(keepdims))
+        axis = v
+    if axis is not None:
+        axis = tuple(int(a) for a in np.asarray(axis).reshape(-1))
+    return apply(type_, [x], name, axis=axis, keepdims=bool(keepdims))
+
+
+def reduce_sum(
+    input_tensor: Any, axis: Any = None, keepdims: bool = False, name: str | None = None
+) -> Tensor:
+    """``np.sum(input_tensor, axis, keepdims=keepdims)`` keeping the dtype.
+
+    axis: None (all axes), an int, a list of ints, or an int tensor.
+    """
+    return _reduce("Sum", input_tensor, axis, keepdims, name)
+
+
+def reduce_mean(
+    input_tensor: Any, axis: Any = None, keepdims: bool = False, name: str | None = None
+) -> Tensor:
+    """``np.mean(input_tensor, axis, keepdims=keepdims)``; integer means truncate (as TF)."""
+    return _reduce("Mean", input_tensor, axis, keepdims, name)
+
+
+def reduce_max(
+    input_tensor: Any, axis: Any = None, keepdims: bool = False, name: str | None = None
+) -> Tensor:
+    """``np.max(input_tensor, axis, keepdims=keepdims)``; ties share the gradient."""
+    return _reduce("Max", input_tensor, axis, keepdims, name)
+
+
+def reduce_min(
+    input_tensor: Any, axis: Any = None, keepdims: bool = False, name: str | None = None
+) -> Tensor:
+    """``np.min(input_tensor, axis, keepdims=keepdims)``; ties share the gradient."""
+    return _reduce("Min", input_tensor, axis, keepdims, name)
+
+
+def reduce_prod(
+    input_tensor: Any, axis: Any = None, keepdims: bool = False, name: str | None = None
+) -> Tensor:
+    """``np.prod(input_tensor, axis, keepdims=keepdims)`` keeping the dtype."""
+    return _reduce("Prod", input_tensor, axis, keepdims, name)
+
+
+# ---------------------------------------------------------- argmax, argmin
+def _arg_infer(
+    x: TensorType, *dyn: TensorType, axis: int | None, output_type: dtypes.DType
+) -> TensorType:
+    _check_kind(x, "numeric")
+    if dyn:
+        _check_scalar_int(dyn[0], "axis")
+        return TensorType(output_type, None if x.shape is None else (None,) * (x.rank - 1))
+    if x.shape is None:
+        return TensorType(output_type, None)
+    if x.rank == 0:
+        raise InvalidArgumentError(f"needs a tensor of rank >= 1, got {x}")
+    a = _norm_axis(axis, x.rank)
+    return TensorType(output_type, x.shape[:a] + x.shape[a + 1 :])
+
+
+def _arg_kernel(method: str):
+    def kernel(xp, x, *dyn, axis, output_type):
+        a = int(dyn[0]) if dyn else axis
+        return getattr(x, method)(axis=a).astype(output_type.np, copy=False)
+
+    return kernel
+
+
+register(OpDef("ArgMax", infer=_arg_infer, kernel=_arg_kernel("argmax")))
+register(OpDef("ArgMin", infer=_arg_infer, kernel=_arg_kernel("argmin")))
+not_differentiable("ArgMax", "ArgMin")
+
+
+def _arg(type_: str, x: Any, axis: Any, output_type: Any, name: str | None) -> Tensor:
+    dt = dtypes.as_dtype(output_type)
+    if axis is None:
+        axis = 0
+    if _is_tensorlike(axis) and constant_value(axis) is None:
+        return apply(type_, [x, axis], name, axis=None, output_type=dt)
+    a = constant_value(axis) if _is_tensorlike(axis) else axis
+    return apply(type_, [x], name, axis=int(a), output_type=dt)
+
+
+def argmax(
+    input: Any, axis: Any = None, output_type: Any = dtypes.int64, name: str | None = None
+) -> Tensor:
+    """``np.argmax(input, axis)`` as int64; axis defaults to 0 (as TF). Not differentiable."""
+    return _arg("ArgMax", input, axis, output_type, name)
+
+
+def argmin(
+    input: Any, axis: Any = None, output_type: Any = dtypes.int64, name: str | None = None
+) -> Tensor:
+    """``np.argmin(input, axis)`` as int64; axis defaults to 0 (as TF). Not differentiable."""
+    return _arg("ArgMin", input, axis, output_type, name)
+
+
+# ------------------------------------------------------------------ range
+def _range_infer(
+    *dyn: TensorType, start: Any, limit: Any, delta: Any, dtype: dtypes.DType
+) -> TensorType:
+    for t in dyn:
+        if t.shape not in ((), None):
+            raise InvalidArgumentError(f"start, limit and delta must be scalars, got {t}")
+    if dyn:
+        return TensorType(dtype, (None,))
+    if delta == 0:
+        raise InvalidArgumentError("delta must not be 0")
+    return TensorType(dtype, (builtins.max(0, math.ceil((limit - start) / delta)),))
+
+
+def _range(xp, *dyn, start, limit, delta, dtype):
+    start, limit, delta = _fill_dyn(dyn, start, limit, delta)
+    if delta == 0:
+        raise InvalidArgumentError("delta must not be 0")
+    return xp.arange(start, limit, delta, dtype=dtype.np)
+
+
+register(OpDef("Range", infer=_range_infer, kernel=_range))
+not_differentiable("Range")
+
+
+def range(
+    start: Any, limit: Any = None, delta: Any = 1, dtype: Any = None, name: str | None = None
+) -> Tensor:
+    """``np.arange(start, limit, delta)``; ``range(n)`` is ``np.arange(n)``.
+
+    dtype defaults to float32 if any argument is a float, else int32 (tensors: theirs).
+    """
+    if limit is None:
+        start, limit = 0, start
+    args = [start, limit, delta]
+    if dtype is None:
+        cands = [
+            convert_to_tensor(a).dtype if _is_tensorlike(a) else dtypes.infer_dtype(a) for a in args
+        ]
+        order = [dtypes.int32, dtypes.int64, dtypes.float16, dtypes.float32, dtypes.float64]
+        dtype = builtins.max(cands, key=order.index)
+    dt = dtypes.as_dtype(dtype)
+    statics, dyn = [], []
+    for a in args:
+        v = constant_value(a) if _is_tensorlike(a) else a
+        if v is None:
+            statics.append(None)
+            dyn.append(cast(a, dt))
+        else:
+            statics.append(float(v) if dt.is_floating else int(v))
+    return apply(
+        "Range",
+        dyn,
+        name or "range",
+        start=statics[0],
+        limit=statics[1],
+        delta=statics[2],
+        dtype=dt,
+    )
+
+
+# ---------------------------------------------------------- clip_by_value
+def _clip_infer(t: TensorType, lo: TensorType, hi: TensorType) -> TensorType:
+    out = binary_infer(binary_infer(t, lo), hi)
+    _check_kind(t, "numeric")
+    return out
+
+
+register(
+    OpDef(
+        "ClipByValue",
+        infer=_clip_infer,
+        kernel=lambda xp, t, lo, hi: xp.minimum(xp.maximum(t, lo), hi),
+    )
+)
+
+
+@_gradient("ClipByValue")
+def _clip_grad(op, g):
+    t, lo, hi = op.inputs
+    below, above, z = less(t, lo), greater(t, hi), zeros_like(g)
+    return [
+        _sum_to(select(logical_or(below, above), z, g), t, lo, hi),
+        _sum_to(select(below, g, z), lo, t, hi),
+        _sum_to(select(above, g, z), hi, t, lo),
+    ]
+
+
+def clip_by_value(
+    t: Any, clip_value_min: Any, clip_value_max: Any, name: str | None = None
+) -> Tensor:
+    """``np.minimum(np.maximum(t, clip_value_min), clip_value_max)``.
+
+    The gradient flows to t where it is inside [min, max] and to the bound elsewhere.
+    """
+    t = convert_to_tensor(t)
+    lo = (
+        clip_value_min
+        if _is_tensorlike(clip_value_min)
+        else _const_like(clip_value_min, t.dtype, t.graph)
+    )
+    hi = (
+        clip_value_max
+        if _is_tensorlike(clip_value_max)
+        else _const_like(clip_value_max, t.dtype, t.graph)
+    )
+    return apply("ClipByValue", [t, lo, hi], name)
+
+
+# --------------------------------------------------------- Python operators
+def _method(fn):
+    return lambda self, other: fn(self, other)
+
+
+def _reflected(fn):
+    return lambda self, other: fn(other, self)
+
+
+def _install_operators() -> None:
+    """`+ - * / // % ** @ & |` with reflected forms, unary `-`, abs(), `~` and `< <= > >=`.
+
+    `==` and hash stay identity: tensors are dict keys (use dcf.equal)."""
+    binary = {
+        "add": add,
+        "sub": subtract,
+        "mul": multiply,
+        "truediv": divide,
+        "floordiv": floordiv,
+        "mod": mod,
+        "pow": pow,
+        "matmul": matmul,
+        "and": logical_and,
+        "or": logical_or,
+    }
+    for name, fn in binary.items():
+        setattr(Tensor, f"__{name}__", _method(fn))
+        setattr(Tensor, f"__r{name}__", _reflected(fn))
+    Tensor.__lt__ = lambda self, other: less(self, other)
+    Tensor.__le__ = lambda self, other: less_equal(self, other)
+    Tensor.__gt__ = lambda self, other: greater(self, other)
+    Tensor.__ge__ = lambda self, other: greater_equal(self, other)
+    Tensor.__neg__ = lambda self: negative(self)
+    Tensor.__abs__ = lambda self: abs(self)
+    Tensor.__invert__ = lambda self: logical_not(self)
+
+
+_install_operators()

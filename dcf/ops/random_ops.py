@@ -1,0 +1,147 @@
+"""Random ops: seeded uniform and normal samples.
+
+The kernels draw from ``res.rng(node_name, seed)``, a numpy (or cupy) Generator that the
+device keeps per op for the session, so every run (and every loop iteration) draws new
+numbers and a seeded op repeats its sequence in a new session. seed=None asks the device
+for a generator seeded from fresh entropy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dcf import dtypes
+from dcf.errors import InvalidArgumentError
+from dcf.graph import Tensor, TensorType
+from dcf.ops.array_ops import _dyn_shape, _ints, _is_tensorlike, _s, _shape_arg
+from dcf.ops.registry import OpDef, apply, constant_value, not_differentiable, register
+
+__all__ = ["random_normal", "random_uniform"]
+
+
+def _random_infer(
+    *dyn: TensorType,
+    shape: tuple | None,
+    dtype: dtypes.DType,
+    seed: int | None,
+    hint: tuple | None = None,
+    **params: Any,
+) -> TensorType:
+    if shape is None:
+        return TensorType(dtype, _dyn_shape(dyn[0], hint))
+    if any(d < 0 for d in shape):
+        raise InvalidArgumentError(f"negative dimension in shape {list(shape)}")
+    return TensorType(dtype, tuple(shape))
+
+
+def _sample_float(gen, shape, dtype):
+    """Draw in the requested dtype directly; float16 goes through float32."""
+    np_dt = dtype.np if dtype is not dtypes.float16 else dtypes.float32.np
+    out = gen(size=shape, dtype=np_dt)
+    return out if dtype is not dtypes.float16 else out.astype(dtype.np)
+
+
+def _random_uniform(xp, *dyn, shape, dtype, seed, minval, maxval, res, node_name, hint=None):
+    shape = shape if shape is not None else _ints(dyn[0])
+    rng = res.rng(node_name, seed)
+    if dtype.is_integer:
+        return _s(rng.integers(minval, maxval, size=shape, dtype=dtype.np))
+    out = _sample_float(rng.random, shape, dtype)
+    if minval != 0 or maxval != 1:
+        out = out * (maxval - minval) + minval  # Python floats keep the array's dtype
+    return _s(out)
+
+
+def _random_normal(xp, *dyn, shape, dtype, seed, mean, stddev, res, node_name, hint=None):
+    shape = shape if shape is not None else _ints(dyn[0])
+    out = _sample_float(res.rng(node_name, seed).standard_normal, shape, dtype)
+    if mean != 0 or stddev != 1:
+        out = out * stddev + mean
+    return _s(out)
+
+
+register(
+    OpDef(
+        "RandomUniform", infer=_random_infer, kernel=_random_uniform, stateful=True, resource=True
+    )
+)
+register(
+    OpDef("RandomNormal", infer=_random_infer, kernel=_random_normal, stateful=True, resource=True)
+)
+not_differentiable("RandomUniform", "RandomNormal")
+
+
+def _static_number(v: Any) -> Any:
+    """A build-time Python number, or None when v is a tensor of unknown value."""
+    if _is_tensorlike(v):
+        v = constant_value(v)
+        if v is None:
+            return None
+    return v.item() if hasattr(v, "item") else v
+
+
+def _random(
+    type_: str, shape: Any, dtype: Any, seed: Any, name: str | None, **params: Any
+) -> Tensor:
+    static, hint, dyn = _shape_arg(shape)
+    seed = None if seed is None else int(seed)
+    attrs = dict(shape=static, dtype=dtypes.as_dtype(dtype), seed=seed, **params)
+    if dyn is None:
+        return apply(type_, [], name, **attrs)
+    return apply(type_, [dyn], name, hint=hint, **attrs)
+
+
+def random_uniform(
+    shape: Any,
+    minval: Any = 0,
+    maxval: Any = None,
+    dtype: Any = dtypes.float32,
+    seed: int | None = None,
+    name: str | None = None,
+) -> Tensor:
+    """``rng.uniform(minval, maxval, size=shape).astype(dtype)``: samples in [minval, maxval).
+
+    maxval defaults to 1 for floats; integer dtypes need maxval. minval/maxval may be
+    tensors (floats only). Each run draws new values; `seed` makes the sequence repeatable.
+    """
+    dt = dtypes.as_dtype(dtype)
+    if maxval is None:
+        if dt.is_integer:
+            raise ValueError(f"random_uniform: maxval is required for {dt}")
+        maxval = 1
+    lo, hi = _static_number(minval), _static_number(maxval)
+    if lo is None or hi is None:
+        if not dt.is_floating:
+            raise ValueError("random_uniform: tensor minval/maxval need a float dtype")
+        unit = _random("RandomUniform", shape, dt, seed, name, minval=0.0, maxval=1.0)
+        return unit * (maxval - minval) + minval
+    if dt.is_integer:
+        if int(lo) >= int(hi):
+            raise ValueError(f"random_uniform: need minval < maxval, got {lo} and {hi}")
+        return _random("RandomUniform", shape, dt, seed, name, minval=int(lo), maxval=int(hi))
+    if not dt.is_floating:
+        raise TypeError(f"random_uniform: unsupported dtype {dt}")
+    return _random("RandomUniform", shape, dt, seed, name, minval=float(lo), maxval=float(hi))
+
+
+def random_normal(
+    shape: Any,
+    mean: Any = 0.0,
+    stddev: Any = 1.0,
+    dtype: Any = dtypes.float32,
+    seed: int | None = None,
+    name: str | None = None,
+) -> Tensor:
+    """``rng.normal(mean, stddev, size=shape).astype(dtype)``.
+
+    mean/stddev may be tensors. Each run draws new values; `seed` makes the sequence
+    repeatable.
+    """
+    dt = dtypes.as_dtype(dtype)
+    if not dt.is_floating:
+        raise TypeError(f"random_normal: dtype must be a float type, got {dt}")
+    m, s = _static_number(mean), _static_number(stddev)
+    if m is None or s is None:
+        unit = _random("RandomNormal", shape, dt, seed, name, mean=0.0, stddev=1.0)
+        return unit * stddev + mean
+    return _random("RandomNormal", shape, dt, seed, name, mean=float(m), stddev=float(s))

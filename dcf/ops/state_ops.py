@@ -1,0 +1,229 @@
+"""Variables: mutable state that lives on its device across runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dcf import dtypes
+from dcf.errors import InvalidArgumentError
+from dcf.graph import Operation, Tensor, TensorType, get_default_graph
+from dcf.ops.registry import (
+    OpDef, apply, constant_value, convert_to_tensor, not_differentiable, register,
+)
+
+__all__ = ["Variable", "global_variables_initializer", "trainable_variables",
+           "global_variables", "variables_initializer", "scatter_update", "scatter_add"]
+
+_RESOURCE = TensorType(dtypes.resource, ())
+
+
+def _handle_kernel(xp, *, res, node_name, var_name, dtype, shape):
+    return res.variable(var_name)
+
+
+def _read_kernel(xp, handle, *, dtype):
+    v = handle.value
+    if v is None:
+        raise InvalidArgumentError(
+            f"variable '{handle.name}' was read before it was initialized; "
+            "run dcf.global_variables_initializer() first")
+    return v
+
+
+def _check_assign(handle, value, dtype):
+    if getattr(value, "dtype", None) != dtype.np:
+        raise InvalidArgumentError(
+            f"variable '{handle.name}' holds {dtype}, cannot assign {value.dtype}")
+
+
+def _assign_kernel(xp, handle, value, *, dtype):
+    handle.value = value
+    return value
+
+
+def _assign_add_kernel(xp, handle, delta, *, dtype):
+    old = _read_kernel(xp, handle, dtype=dtype)
+    handle.value = old + delta
+    return handle.value
+
+
+def _assign_sub_kernel(xp, handle, delta, *, dtype):
+    old = _read_kernel(xp, handle, dtype=dtype)
+    handle.value = old - delta
+    return handle.value
+
+
+def _scatter_update_kernel(xp, handle, indices, updates, *, dtype, mode):
+    old = _read_kernel(xp, handle, dtype=dtype)
+    new = old.copy()
+    if mode == "update":
+        new[indices] = updates
+    else:
+        xp.add.at(new, indices, updates)
+    handle.value = new
+    return new
+
+
+def _var_handle_infer(*, var_name, dtype, shape):
+    return _RESOURCE
+
+
+def _value_infer(handle: TensorType, *rest: TensorType, dtype, **_: Any) -> TensorType:
+    return TensorType(dtype, rest[0].shape if rest else None)
+
+
+register(OpDef("VarHandleOp", infer=_var_handle_infer, kernel=_handle_kernel, resource=True,
+               host_only=False))
+register(OpDef("ReadVariableOp", infer=lambda h, *, dtype, shape: TensorType(dtype, shape),
+               kernel=_read_kernel, stateful=True))
+register(OpDef("AssignVariableOp", infer=_value_infer, kernel=_assign_kernel, stateful=True))
+register(OpDef("AssignAddVariableOp", infer=_value_infer, kernel=_assign_add_kernel,
+               stateful=True))
+register(OpDef("AssignSubVariableOp", infer=_value_infer, kernel=_assign_sub_kernel,
+               stateful=True))
+register(OpDef("ResourceScatter", infer=lambda h, i, u, *, dtype, mode, shape:
+               TensorType(dtype, shape), kernel=_scatter_update_kernel, stateful=True))
+not_differentiable("VarHandleOp", "AssignVariableOp", "AssignAddVariableOp",
+                   "AssignSubVariableOp", "ResourceScatter")
+
+
+class Variable:
+    """Mutable state that lives on its device across runs.
+
+    `v` can be used wherever a tensor can (it reads the current value);
+    `v.assign(x)`, `v.assign_add(x)`, `v.assign_sub(x)` return the new value;
+    `v.initializer` sets the initial value.
+    """
+
+    def __init__(self, initial_value: Any, name: str | None = None, trainable: bool = True,
+                 dtype: Any = None) -> None:
+        g = get_default_graph()
+        if g._ctx is not None:
+            raise ValueError("create Variables outside cond/while_loop bodies")
+        with g.name_scope(name or "Variable") as scope:
+            self.name = scope.rstrip("/")
+            if callable(initial_value):
+                initial_value = initial_value()
+            init = convert_to_tensor(initial_value, dtype=dtype)
+            if init.shape is None or any(d is None for d in init.shape):
+                static = constant_value(init)
+                shape = None if static is None else tuple(static.shape)
+            else:
+                shape = init.shape
+            self.dtype = init.dtype
+            self.shape = shape
+            self.graph = g
+            self.trainable = trainable
+            self.initial_value = init
+            self.handle = apply("VarHandleOp", [], name="handle", var_name=self.name,
+                                dtype=self.dtype, shape=shape)
+            self.initializer = apply("AssignVariableOp", [self.handle, init], name="Assign",
+                                     dtype=self.dtype).op
+            self._snapshot = None
+        g.add_to_collection("variables", self)
+        if trainable:
+            g.add_to_collection("trainable_variables", self)
+
+    @property
+    def op(self) -> Operation:
+        return self.handle.op
+
+    @property
+    def device(self) -> str:
+        return self.handle.op.device
+
+    def read_value(self) -> Tensor:
+        """A tensor holding the variable's value when the read op runs."""
+        return apply("ReadVariableOp", [self.handle], name=f"{_leaf(self.name)}/read",
+                     dtype=self.dtype, shape=self.shape)
+
+    def value(self) -> Tensor:
+        return self.read_value()
+
+    def _as_tensor(self) -> Tensor:
+        return self.read_value()
+
+    def _as_control_op(self) -> Operation:
+        return self.handle.op
+
+    def _assign(self, type_: str, x: Any, name: str) -> Tensor:
+        x = convert_to_tensor(x, dtype=self.dtype)
+        return apply(type_, [self.handle, x], name=name, dtype=self.dtype)
+
+    def assign(self, value: Any, name: str | None = None) -> Tensor:
+        return self._assign("AssignVariableOp", value, name or f"{_leaf(self.name)}/Assign")
+
+    def assign_add(self, delta: Any, name: str | None = None) -> Tensor:
+        return self._assign("AssignAddVariableOp", delta,
+                            name or f"{_leaf(self.name)}/AssignAdd")
+
+    def assign_sub(self, delta: Any, name: str | None = None) -> Tensor:
+        return self._assign("AssignSubVariableOp", delta,
+                            name or f"{_leaf(self.name)}/AssignSub")
+
+    def scatter_update(self, indices: Any, updates: Any, name: str | None = None) -> Tensor:
+        """Set rows: `v[indices] = updates` (returns the new value)."""
+        return scatter_update(self, indices, updates, name=name)
+
+    def __repr__(self) -> str:
+        return f"<dcf.Variable '{self.name}' {self.dtype}{list(self.shape or [])}>"
+
+    # Arithmetic reads the value first, so a Variable behaves like a tensor.
+    def __getattr__(self, item: str) -> Any:
+        if item.startswith("__") or item in ("handle", "_snapshot"):
+            raise AttributeError(item)
+        return getattr(self.read_value(), item)
+
+
+def _leaf(name: str) -> str:
+    return name.rsplit("/", 1)[-1]
+
+
+def _delegate(method: str):
+    def fn(self, *args):
+        return getattr(self.read_value(), method)(*args)
+    fn.__name__ = method
+    return fn
+
+
+for _m in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
+           "__rtruediv__", "__floordiv__", "__mod__", "__pow__", "__rpow__", "__matmul__",
+           "__rmatmul__", "__neg__", "__lt__", "__le__", "__gt__", "__ge__", "__getitem__",
+           "__abs__", "__and__", "__or__", "__invert__"):
+    setattr(Variable, _m, _delegate(_m))
+
+
+def scatter_update(ref: Variable, indices: Any, updates: Any, name: str | None = None) -> Tensor:
+    """`ref[indices] = updates` on a Variable; returns the new value."""
+    return _scatter(ref, indices, updates, "update", name or "ScatterUpdate")
+
+
+def scatter_add(ref: Variable, indices: Any, updates: Any, name: str | None = None) -> Tensor:
+    """`ref[indices] += updates` (repeated indices add up); returns the new value."""
+    return _scatter(ref, indices, updates, "add", name or "ScatterAdd")
+
+
+def _scatter(ref: Variable, indices: Any, updates: Any, mode: str, name: str) -> Tensor:
+    updates = convert_to_tensor(updates, dtype=ref.dtype)
+    return apply("ResourceScatter", [ref.handle, indices, updates], name=name, dtype=ref.dtype,
+                 mode=mode, shape=ref.shape)
+
+
+def global_variables() -> list[Variable]:
+    return get_default_graph().get_collection("variables")
+
+
+def trainable_variables() -> list[Variable]:
+    """Variables created with trainable=True in the default graph."""
+    return get_default_graph().get_collection("trainable_variables")
+
+
+def variables_initializer(var_list: list[Variable], name: str = "init") -> Operation:
+    from dcf.ops.control_ops import group
+
+    return group(*[v.initializer for v in var_list], name=name)
+
+
+def global_variables_initializer() -> Operation:
+    """An op that initializes every variable of the default graph."""
+    return variables_initializer(global_variables())

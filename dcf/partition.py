@@ -1,0 +1,179 @@
+"""Split a placed graph into one subgraph per device (paper section 4.4).
+
+Every cut edge becomes a Send/Recv pair keyed by (edge, tag) at run time; one Recv
+per (tensor, destination device), so a dead signal crosses once per device and fans
+out there. A device that holds Recvs inside a loop frame gets a control-loop state
+machine for that frame: Enter -> Merge -> Switch(pred) -> NextIteration, fed by the
+loop predicate's value each iteration, whose Merge triggers the Recvs of every
+iteration and whose Switch ends the frame.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dcf.graph import Operation, Tensor
+from dcf.ops.registry import OPS, Kind
+from dcf.plan import PNode, nodes_from_ops
+
+__all__ = ["Partition", "partition"]
+
+
+@dataclass
+class Partition:
+    device: str
+    nodes: list[PNode] = field(default_factory=list)
+    fetches: list[tuple[PNode, int, int]] = field(default_factory=list)  # (node, out, fetch k)
+    feeds: list[tuple[PNode, int]] = field(default_factory=list)         # (feed node, feed k)
+    frame_parents: dict[str, tuple[str, int]] = field(default_factory=dict)
+
+    @property
+    def has_comm(self) -> bool:
+        return any(p.kind in (Kind.SEND, Kind.RECV) for p in self.nodes)
+
+
+def _value_frame(p: PNode) -> str:
+    """The frame a node's outputs live in (Enter: the child; Exit: the parent)."""
+    if p.kind == Kind.ENTER:
+        return p.attrs["frame_name"]
+    if p.kind == Kind.EXIT:
+        fctx = p.op.frame_ctx
+        return fctx.outer_frame.frame_name if fctx.outer_frame is not None else ""
+    return p.frame
+
+
+def partition(ops: list[Operation], device_of: dict[Operation, str],
+              fetches: list[tuple[Operation, int]], feeds: list[Tensor],
+              extra_devices: tuple[str, ...] = ()) -> dict[str, Partition]:
+    """One Partition per device that holds ops (or fetches)."""
+    pn = nodes_from_ops(ops)
+    for op, p in pn.items():
+        p.device = device_of[op]
+    # Fed tensors become per-partition feed nodes (never sent between devices).
+    feed_nodes: dict[Tensor, PNode] = {}
+    for k, t in enumerate(feeds):
+        feed_nodes[t] = PNode(f"_feed/{t.name}", "_Feed", Kind.KERNEL, "", n_out=1,
+                              attrs={"feed": k})
+    for op, p in pn.items():
+        for k, t in enumerate(op.inputs):
+            if t in feed_nodes:
+                p.inputs[k] = (feed_nodes[t], 0)
+    parts: dict[str, Partition] = {}
+
+    def part(dev: str) -> Partition:
+        if dev not in parts:
+            parts[dev] = Partition(dev)
+        return parts[dev]
+
+    for p in pn.values():
+        part(p.device).nodes.append(p)
+    for d in extra_devices:
+        part(d)
+
+    recvs: dict[tuple, PNode] = {}
+
+    def cut(src: PNode, idx: int, dst_dev: str, control: bool = False) -> PNode:
+        key = (id(src), idx, dst_dev, control)
+        r = recvs.get(key)
+        if r is not None:
+            return r
+        frame = _value_frame(src)
+        edge = f"{src.name}:{'ctrl' if control else idx}->{dst_dev}"
+        send = PNode(f"_send/{edge}", "_Send", Kind.SEND, frame,
+                     inputs=[] if control else [(src, idx)], control=[src] if control else [],
+                     attrs={"edge": edge, "dst": dst_dev, "ctrl": control}, n_out=0,
+                     device=src.device)
+        r = PNode(f"_recv/{edge}", "_Recv", Kind.RECV, frame,
+                  attrs={"edge": edge, "src": src.device, "ctrl": control}, n_out=1,
+                  device=dst_dev)
+        part(src.device).nodes.append(send)
+        part(dst_dev).nodes.append(r)
+        recvs[key] = r
+        return r
+
+    for p in list(pn.values()):
+        for k, inp in enumerate(p.inputs):
+            if inp is None or inp[0].type == "_Feed":
+                continue
+            src, idx = inp
+            if src.device != p.device:
+                p.inputs[k] = (cut(src, idx, p.device), 0)
+        for k, c in enumerate(p.control):
+            if c.device != p.device:
+                p.control[k] = cut(c, 0, p.device, control=True)
+
+    # Control loops for frames whose Recvs sit on a device.
+    frames = _frame_table(ops)
+    for dev, prt in parts.items():
+        need: set[str] = set()
+        for p in prt.nodes:
+            if p.kind == Kind.RECV and p.frame:
+                f = p.frame
+                while f:
+                    need.add(f)
+                    f = frames[f][0]
+        cls: dict[str, PNode] = {}
+        for f in sorted(need, key=lambda n: _depth(n, frames)):
+            parent, pi, loop_cond = frames[f]
+            if parent:
+                trigger = (cls[parent], 0)
+            else:
+                start = PNode(f"_cl/{f}/{dev}/start", "Const", Kind.KERNEL, "",
+                              attrs={"value": np.float32(0), "dtype": None}, device=dev,
+                              kernel=OPS["Const"].kernel)
+                prt.nodes.append(start)
+                trigger = (start, 0)
+            pred = (pn[loop_cond], 0) if pn[loop_cond].device == dev else \
+                (cut(pn[loop_cond], 0, dev), 0)
+            base = f"_cl/{f}/{dev}"
+            enter = PNode(f"{base}/Enter", "Enter", Kind.ENTER, parent, inputs=[trigger],
+                          attrs={"frame_name": f, "is_constant": False,
+                                 "parallel_iterations": pi}, device=dev)
+            merge = PNode(f"{base}/Merge", "Merge", Kind.MERGE, f, n_out=2, device=dev)
+            switch = PNode(f"{base}/Switch", "Switch", Kind.SWITCH, f,
+                           inputs=[(merge, 0), pred], n_out=2, device=dev)
+            exit_ = PNode(f"{base}/Exit", "Exit", Kind.EXIT, f, inputs=[(switch, 0)],
+                          device=dev)
+            pivot = PNode(f"{base}/Pivot", "Identity", Kind.KERNEL, f, inputs=[(switch, 1)],
+                          device=dev, kernel=OPS["Identity"].kernel)
+            nxt = PNode(f"{base}/NextIteration", "NextIteration", Kind.NEXT_ITERATION, f,
+                        inputs=[(pivot, 0)], device=dev)
+            merge.inputs = [(enter, 0), (nxt, 0)]
+            exit_.op = None
+            for q in prt.nodes:
+                if q.kind == Kind.RECV and q.frame == f:
+                    q.control.append(merge)
+            prt.nodes.extend([enter, merge, switch, exit_, pivot, nxt])
+            cls[f] = pivot
+            prt.frame_parents[f] = (parent, pi)
+    for p in parts.values():
+        for f, (par, pi, _) in frames.items():
+            p.frame_parents.setdefault(f, (par, pi))
+    for k, (op, idx) in enumerate(fetches):
+        parts[device_of[op]].fetches.append((pn[op], idx, k))
+    for prt in parts.values():
+        used = {id(i[0]) for q in prt.nodes for i in q.inputs if i is not None}
+        prt.feeds = [(fn, k) for k, (t, fn) in enumerate(feed_nodes.items()) if id(fn) in used]
+    return parts
+
+
+def _frame_table(ops: list[Operation]) -> dict[str, tuple[str, int, Operation]]:
+    """frame name -> (parent frame name, parallel_iterations, LoopCond op)."""
+    out: dict[str, tuple[str, int, Operation]] = {}
+    for op in ops:
+        ctx = op.frame_ctx
+        while ctx is not None and ctx.frame_name not in out:
+            parent = ctx.outer_frame.frame_name if ctx.outer_frame is not None else ""
+            out[ctx.frame_name] = (parent, ctx.parallel_iterations, ctx.loop_cond)
+            ctx = ctx.outer_frame
+    return out
+
+
+def _depth(name: str, frames: dict) -> int:
+    d = 0
+    while name:
+        name = frames[name][0]
+        d += 1
+    return d

@@ -1,0 +1,363 @@
+"""Session and AsyncSession: prune -> place -> partition -> plan (cached per fetch/feed
+signature) -> one actor step per device -> numpy results in the fetches' structure."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from dcf import nest
+from dcf.actors.device_actor import DeviceActor
+from dcf.actors.rendezvous import LocalRendezvous
+from dcf.device import DeviceSpec
+from dcf.errors import DeadlineExceededError, InvalidArgumentError
+from dcf.executor import check_fetches
+from dcf.graph import Graph, Operation, Tensor, get_default_graph
+from dcf.ops.registry import as_value
+from dcf.partition import partition
+from dcf.placement import place
+from dcf.plan import build_plan
+from dcf.token import DEAD
+
+__all__ = ["Session", "AsyncSession", "RunOptions", "RunMetadata", "SessionConfig"]
+
+
+@dataclass
+class RunOptions:
+    """Per-run options: `trace` records a timeline; `timeout_s` bounds the run."""
+
+    trace: bool = False
+    timeout_s: float | None = None
+
+
+@dataclass
+class RunMetadata:
+    """Filled by a run: `trace` holds timeline events (see dcf.trace)."""
+
+    trace: list = field(default_factory=list)
+    step_stats: dict = field(default_factory=dict)
+
+    def write_trace(self, path: str) -> None:
+        """Write the timeline as Chrome/Perfetto trace JSON."""
+        from dcf.trace import to_chrome_trace
+
+        with open(path, "w") as f:
+            json.dump(to_chrome_trace(self.trace), f)
+
+
+@dataclass
+class SessionConfig:
+    """Session-wide settings.
+
+    gpu_memory_limit: bytes per GPU past which allocations fail unless swapping or
+        throttling makes room. swap_threshold: fraction of that limit past which saved
+        loop values start to swap. heartbeat_timeout_s: how long a silent worker may
+        stay silent before runs fail with WorkerError. compile_frames: run loop frames
+        that sit on one device as straight-line Python (same semantics, faster).
+    """
+
+    gpu_memory_limit: int | None = None
+    swap_threshold: float = 0.7
+    heartbeat_timeout_s: float = 5.0
+    compile_frames: bool = True
+
+
+@dataclass
+class _RunPlan:
+    parts: list            # [(device, ExecPlan, feed index list, fetch map)]
+    fetch_targets: list    # [Tensor | Operation]
+    structure: Any
+    feed_tensors: list
+
+
+_step_ids = itertools.count(1)
+
+
+class AsyncSession:
+    """Runs graphs inside the caller's running asyncio event loop.
+
+    `await sess.run(fetches, feed_dict)`; several runs may be in flight at once.
+    """
+
+    def __init__(self, graph: Graph | None = None, cluster: Any = None,
+                 config: SessionConfig | None = None) -> None:
+        self.graph = graph or get_default_graph()
+        self.cluster = cluster
+        self.config = config or SessionConfig()
+        self._actors: dict[str, DeviceActor] = {}
+        self._plans: dict[tuple, _RunPlan] = {}
+        self._rendezvous = LocalRendezvous()
+        self._closed = False
+
+    # ------------------------------------------------------------ devices
+    def _device_exists(self, dev: str) -> bool:
+        spec = DeviceSpec.parse(dev)
+        if spec.job is not None and spec.job != "localhost":
+            return False
+        if spec.device_type == "cpu":
+            return True
+        if spec.device_type == "gpu":
+            from dcf import gpu_devices
+
+            return spec.index is not None and spec.index < gpu_devices.count()
+        return False
+
+    def _actor(self, dev: str) -> DeviceActor:
+        a = self._actors.get(dev)
+        if a is None:
+            a = self._actors[dev] = DeviceActor(dev)
+        return a
+
+    # -------------------------------------------------------------- plans
+    def _plan(self, fetch_targets: list, feed_tensors: list, structure: Any) -> _RunPlan:
+        key = (tuple(id(f) for f in fetch_targets), tuple(id(t) for t in feed_tensors))
+        rp = self._plans.get(key)
+        if rp is not None:
+            return rp
+        ops = _prune(fetch_targets, feed_tensors)
+        device_of = place(ops, "/cpu:0", self._device_exists)
+        fetches = []
+        for f in fetch_targets:
+            if isinstance(f, Tensor):
+                fetches.append((f.op, f.index))
+        parts = partition(ops, device_of, fetches, feed_tensors)
+        built = []
+        for dev, prt in parts.items():
+            actor = self._actor(dev)
+            plan = build_plan(prt.nodes, [(fn, 0) for fn, _ in prt.feeds],
+                              [(p, idx) for p, idx, _ in prt.fetches],
+                              resources=actor.resources, frame_parents=prt.frame_parents)
+            if self.config.compile_frames:
+                from dcf.frame_compiler import compile_frames
+
+                compile_frames(plan)
+            built.append((dev, plan, [k for _, k in prt.feeds], [k for _, _, k in prt.fetches]))
+        rp = _RunPlan(built, fetch_targets, structure, feed_tensors)
+        self._plans[key] = rp
+        return rp
+
+    # ---------------------------------------------------------------- run
+    async def run(self, fetches: Any, feed_dict: dict | None = None,
+                  options: RunOptions | None = None, run_metadata: RunMetadata | None = None
+                  ) -> Any:
+        """Run the graph to compute `fetches`; returns numpy values in their structure."""
+        if self._closed:
+            raise RuntimeError("this session is closed")
+        options = options or RunOptions()
+        targets, structure = _flatten_fetches(fetches, self.graph)
+        feed_tensors, feed_values = _convert_feeds(feed_dict, self.graph)
+        rp = self._plan(targets, feed_tensors, structure)
+        step = next(_step_ids)
+        coros = []
+        for dev, plan, feed_idx, _ in rp.parts:
+            coros.append(self._actors[dev].run_step(
+                plan, [feed_values[k] for k in feed_idx], step, self._rendezvous,
+                trace=options.trace, compiled=self.config.compile_frames))
+        try:
+            if len(coros) == 1:
+                task = coros[0]
+                exs = [await (asyncio.wait_for(task, options.timeout_s)
+                              if options.timeout_s is not None else task)]
+            else:
+                gathered = _gather_fail_fast(coros)
+                exs = await (asyncio.wait_for(gathered, options.timeout_s)
+                             if options.timeout_s is not None else gathered)
+        except asyncio.TimeoutError:
+            self._rendezvous.abort_step(step, DeadlineExceededError("deadline"))
+            raise DeadlineExceededError(
+                f"run did not finish within timeout_s={options.timeout_s}; the session is "
+                "still usable") from None
+        except BaseException as e:
+            self._rendezvous.abort_step(step, e)
+            raise
+        finally:
+            self._rendezvous.end_step(step)
+        values: list[Any] = [None] * len(targets)
+        for ex, (dev, plan, _, fetch_idx) in zip(exs, rp.parts):
+            check_fetches(ex, [targets[k].name for k in fetch_idx])
+            for local, k in enumerate(fetch_idx):
+                values[k] = _to_numpy(ex.results[local])
+            if run_metadata is not None and options.trace:
+                run_metadata.trace.extend((dev,) + ev for ev in ex.trace)
+        if run_metadata is not None:
+            run_metadata.step_stats["nodes_fired"] = sum(ex.fired_total for ex in exs)
+        return nest.pack_sequence_as(structure, values)
+
+    async def close(self) -> None:
+        self._closed = True
+
+    async def __aenter__(self) -> AsyncSession:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+
+async def _gather_fail_fast(coros: list) -> list:
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    try:
+        done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        for t in done:
+            if t.exception() is not None:
+                raise t.exception()
+        return [t.result() for t in tasks]
+    finally:
+        for t in tasks:
+            if not t.done():
+                t.cancel()
+
+
+def _to_numpy(v: Any) -> Any:
+    if isinstance(v, np.generic):
+        return v
+    if isinstance(v, np.ndarray):
+        return v
+    get = getattr(v, "get", None)  # cupy arrays come back to the host
+    if get is not None and hasattr(v, "__cuda_array_interface__"):
+        return get()
+    return v
+
+
+def _flatten_fetches(fetches: Any, graph: Graph) -> tuple[list, Any]:
+    leaves = nest.flatten(fetches)
+    targets: list = []
+    for x in leaves:
+        if isinstance(x, str):
+            x = graph.get_tensor_by_name(x) if ":" in x else graph.get_operation_by_name(x)
+        elif hasattr(x, "_as_tensor") and not isinstance(x, Tensor):
+            x = x._as_tensor()
+        elif getattr(x, "_is_tensor_array", False):
+            raise TypeError("fetch a TensorArray's values with .stack() or .read(i)")
+        if not isinstance(x, (Tensor, Operation)):
+            raise TypeError(f"cannot fetch {x!r}: fetches are tensors, ops, or structures of them")
+        if x.graph is not graph:
+            raise ValueError(f"fetch {x.name} is not an element of this session's graph")
+        targets.append(x)
+    return targets, fetches
+
+
+def _convert_feeds(feed_dict: dict | None, graph: Graph) -> tuple[list, list]:
+    tensors, values = [], []
+    for k, v in (feed_dict or {}).items():
+        if isinstance(k, str):
+            k = graph.get_tensor_by_name(k)
+        elif hasattr(k, "_as_tensor") and not isinstance(k, Tensor):
+            raise TypeError("feed a Variable by assigning to it, not through feed_dict")
+        if not isinstance(k, Tensor):
+            raise TypeError(f"feed_dict keys must be tensors, got {k!r}")
+        if k.op.frame_ctx is not None:
+            raise InvalidArgumentError(f"cannot feed '{k.name}': it lives inside a loop frame")
+        try:
+            val = as_value(v, k.dtype) if not getattr(v, "__cuda_array_interface__", None) else v
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"{k.op.type} '{k.op.name}': cannot feed {type(v).__name__} as "
+                            f"{k.dtype}: {e}") from None
+        shp = k.shape
+        got = np.shape(val)
+        if shp is not None and (len(shp) != len(got) or
+                                any(a is not None and a != b for a, b in zip(shp, got))):
+            raise InvalidArgumentError(
+                f"{k.op.type} '{k.op.name}': fed a value of shape {list(got)}, expected "
+                f"{[d if d is not None else None for d in shp]}")
+        tensors.append(k)
+        values.append(val)
+    return tensors, values
+
+
+def _prune(targets: list, feeds: list[Tensor]) -> list[Operation]:
+    """The ops needed to compute `targets`, not looking behind fed tensors."""
+    fed = set(feeds)
+    seen: set[Operation] = set()
+    stack = [t.op if isinstance(t, Tensor) else t for t in targets]
+    fed_ops = {t.op for t in fed if all(o in fed for o in t.op.outputs)}
+    while stack:
+        op = stack.pop()
+        if op in seen or op in fed_ops:
+            continue
+        seen.add(op)
+        for t in op.inputs:
+            if t not in fed:
+                stack.append(t.op)
+        stack.extend(op.control_inputs)
+    g_ops = targets[0].graph._ops if targets else []
+    return [op for op in g_ops if op in seen]
+
+
+class Session:
+    """Synchronous session: `sess.run(fetches, feed_dict)` returns numpy values.
+
+    Works from any thread; in a thread whose event loop is already running (a
+    Jupyter cell, an async framework's callback) it drives its actors on a private
+    loop thread instead.
+    """
+
+    def __init__(self, graph: Graph | None = None, cluster: Any = None,
+                 config: SessionConfig | None = None) -> None:
+        self._async = AsyncSession(graph, cluster, config)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def graph(self) -> Graph:
+        return self._async.graph
+
+    def _private_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            self._loop = _new_loop()
+        return self._loop
+
+    def _call(self, coro: Any) -> Any:
+        try:
+            asyncio.get_running_loop()
+            running = True
+        except RuntimeError:
+            running = False
+        with self._lock:
+            if not running and self._thread is None:
+                return self._private_loop().run_until_complete(coro)
+            if self._thread is None:
+                loop = self._private_loop()
+                self._thread = threading.Thread(target=loop.run_forever, daemon=True,
+                                                name="dcf-session-loop")
+                self._thread.start()
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def run(self, fetches: Any, feed_dict: dict | None = None, options: RunOptions | None = None,
+            run_metadata: RunMetadata | None = None) -> Any:
+        """Run the graph to compute `fetches`; returns numpy values in their structure."""
+        return self._call(self._async.run(fetches, feed_dict, options, run_metadata))
+
+    def close(self) -> None:
+        if self._loop is None:
+            self._async._closed = True
+            return
+        self._call(self._async.close())
+        if self._thread is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=5)
+            self._thread = None
+        if not self._loop.is_running():
+            self._loop.close()
+        self._loop = None
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+
+        return uvloop.new_event_loop()
+    except ImportError:
+        return asyncio.new_event_loop()

@@ -1,0 +1,174 @@
+"""TensorArray: a list of tensors written once per index, usable as a loop variable."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dcf import dtypes
+from dcf.errors import InvalidArgumentError
+from dcf.graph import Operation, Tensor, get_default_graph, shape_str
+from dcf.ops.registry import apply, convert_to_tensor
+
+__all__ = ["TensorArray"]
+
+
+class _ShapeCell:
+    """Element shape known at build time, shared by every TensorArray object of one handle."""
+
+    __slots__ = ("shape",)
+
+    def __init__(self, shape: tuple | None) -> None:
+        self.shape = shape
+
+
+class TensorArray:
+    """An array of tensors of one dtype, each index written at most once.
+
+    `write(i, v)` returns a new TensorArray object (use the returned one): the
+    returned object carries the "flow" that orders reads after writes, also across
+    loop iterations when the TensorArray is a while_loop variable.
+    """
+
+    _is_tensor_array = True
+
+    def __init__(self, dtype: Any, size: Any = None, dynamic_size: bool = False,
+                 clear_after_read: bool = True, element_shape: Any = None,
+                 infer_shape: bool = True, name: str | None = None, *,
+                 handle: Tensor | None = None, flow: Tensor | None = None,
+                 _cell: _ShapeCell | None = None, _ta_name: str | None = None) -> None:
+        self.dtype = dtypes.as_dtype(dtype)
+        self.dynamic_size = dynamic_size
+        self.clear_after_read = clear_after_read
+        self.infer_shape = infer_shape
+        if handle is not None:
+            self.handle, self.flow = handle, flow
+            self._cell = _cell or _ShapeCell(None)
+            self.name = _ta_name or handle.op.name
+            return
+        if size is None:
+            if not dynamic_size:
+                raise ValueError("TensorArray: give size, or dynamic_size=True")
+            size = 0
+        eshape = None if element_shape is None else tuple(
+            None if d is None or d == -1 else int(d) for d in element_shape)
+        g = get_default_graph()
+        with g.name_scope(name or "TensorArray") as scope:
+            self.name = scope.rstrip("/")
+            size_t = convert_to_tensor(size, dtype=dtypes.int32)
+            self.handle, self.flow = apply(
+                "TensorArrayV3", [size_t], name="TensorArray", dtype=self.dtype,
+                dynamic_size=dynamic_size, clear_after_read=clear_after_read,
+                element_shape=eshape, infer_shape=infer_shape, ta_name=self.name)
+        self._cell = _ShapeCell(eshape)
+
+    # ------------------------------------------------------------ plumbing
+    def _with_flow(self, flow: Tensor) -> TensorArray:
+        return TensorArray(self.dtype, dynamic_size=self.dynamic_size,
+                           clear_after_read=self.clear_after_read, infer_shape=self.infer_shape,
+                           handle=self.handle, flow=flow, _cell=self._cell, _ta_name=self.name)
+
+    def _as_control_op(self) -> Operation:
+        return self.flow.op
+
+    @property
+    def element_shape(self) -> tuple | None:
+        return self._cell.shape
+
+    def _merge_shape(self, shape: tuple | None, what: str) -> None:
+        if not self.infer_shape or shape is None:
+            return
+        cur = self._cell.shape
+        if cur is None:
+            self._cell.shape = shape
+            return
+        if len(cur) != len(shape) or any(a is not None and b is not None and a != b
+                                         for a, b in zip(cur, shape)):
+            raise InvalidArgumentError(
+                f"TensorArray '{self.name}': {what} of shape {shape_str(shape)} does not match "
+                f"its element shape {shape_str(cur)}")
+        self._cell.shape = tuple(a if a is not None else b for a, b in zip(cur, shape))
+
+    def _attrs(self) -> dict:
+        return {"dtype": self.dtype, "element_shape": self._cell.shape}
+
+    def _value(self, value: Any) -> Tensor:
+        v = convert_to_tensor(value, dtype=self.dtype) if not isinstance(value, Tensor) \
+            else value
+        if v.dtype is not self.dtype:
+            raise TypeError(f"TensorArray '{self.name}' holds {self.dtype}, cannot write "
+                            f"{v.dtype}")
+        return v
+
+    # ------------------------------------------------------------- methods
+    def write(self, index: Any, value: Any, name: str | None = None) -> TensorArray:
+        """A TensorArray like this one with `value` at `index`."""
+        v = self._value(value)
+        self._merge_shape(v.shape, "write")
+        flow = apply("TensorArrayWriteV3", [self.handle, _index(index), v, self.flow],
+                     name=name or "TensorArrayWrite")
+        return self._with_flow(flow)
+
+    def read(self, index: Any, name: str | None = None) -> Tensor:
+        """The value at `index` (an error if it was never written)."""
+        return apply("TensorArrayReadV3", [self.handle, _index(index), self.flow],
+                     name=name or "TensorArrayRead", **self._attrs())
+
+    def stack(self, name: str | None = None) -> Tensor:
+        """All elements stacked along a new first dimension."""
+        return apply("TensorArrayStack", [self.handle, self.flow], name=name or
+                     "TensorArrayStack", **self._attrs())
+
+    def gather(self, indices: Any, name: str | None = None) -> Tensor:
+        """The elements at `indices`, stacked."""
+        return apply("TensorArrayGatherV3", [self.handle, _index(indices), self.flow],
+                     name=name or "TensorArrayGather", **self._attrs())
+
+    def unstack(self, value: Any, name: str | None = None) -> TensorArray:
+        """Write `value[i]` to index i for every i."""
+        v = self._value(value)
+        if v.shape is not None:
+            self._merge_shape(tuple(v.shape[1:]), "unstack")
+        flow = apply("TensorArrayUnstack", [self.handle, v, self.flow],
+                     name=name or "TensorArrayUnstack")
+        return self._with_flow(flow)
+
+    def scatter(self, indices: Any, value: Any, name: str | None = None) -> TensorArray:
+        """Write `value[k]` to index `indices[k]`."""
+        v = self._value(value)
+        if v.shape is not None:
+            self._merge_shape(tuple(v.shape[1:]), "scatter")
+        flow = apply("TensorArrayScatterV3", [self.handle, _index(indices), v, self.flow],
+                     name=name or "TensorArrayScatter")
+        return self._with_flow(flow)
+
+    def concat(self, name: str | None = None) -> Tensor:
+        """All elements joined along their first dimension."""
+        return apply("TensorArrayConcatV3", [self.handle, self.flow],
+                     name=name or "TensorArrayConcat", **self._attrs())[0]
+
+    def size(self, name: str | None = None) -> Tensor:
+        """The number of elements (int32 scalar)."""
+        return apply("TensorArraySizeV3", [self.handle, self.flow], name=name or "TensorArraySize")
+
+    def grad(self, source: str, flow: Tensor | None = None, name: str | None = None
+             ) -> TensorArray:
+        """The gradient TensorArray of this one for gradient source `source`."""
+        handle, gflow = apply("TensorArrayGradV3", [self.handle, flow or self.flow],
+                              name=name or "TensorArrayGrad", source=source)
+        ta = TensorArray(self.dtype, dynamic_size=self.dynamic_size, clear_after_read=False,
+                         handle=handle, flow=gflow, _cell=_ShapeCell(self._cell.shape),
+                         _ta_name=f"{self.name}@grad")
+        return ta
+
+    def close(self) -> None:
+        """Nothing to release explicitly: the array lives as long as its run."""
+
+    def __repr__(self) -> str:
+        return f"<dcf.TensorArray '{self.name}' {self.dtype}>"
+
+
+def _index(i: Any) -> Tensor:
+    t = convert_to_tensor(i, dtype=dtypes.int32) if not isinstance(i, Tensor) else i
+    if not t.dtype.is_integer:
+        raise TypeError(f"TensorArray index must be an integer tensor, got {t.type}")
+    return t

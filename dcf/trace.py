@@ -1,0 +1,65 @@
+"""Timeline events -> Chrome/Perfetto trace JSON, and a PNG drawing of them.
+
+An event is (device, op name, op type, frame, iteration, t0, t1[, track]) with times
+in seconds from time.perf_counter; GPU devices add a track per stream.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["to_chrome_trace", "plot"]
+
+
+def to_chrome_trace(events: list) -> dict:
+    """Chrome trace-event JSON: one process per device, one thread per track."""
+    if not events:
+        return {"traceEvents": [], "displayTimeUnit": "ms"}
+    t_origin = min(e[5] for e in events)
+    pids: dict[str, int] = {}
+    tids: dict[tuple, int] = {}
+    out: list[dict] = []
+    for e in events:
+        dev, name, type_, frame, it, t0, t1 = e[:7]
+        track = e[7] if len(e) > 7 else "compute"
+        pid = pids.setdefault(dev, len(pids) + 1)
+        if (dev, track) not in tids:
+            tids[(dev, track)] = len([k for k in tids if k[0] == dev]) + 1
+            out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tids[(dev, track)],
+                        "args": {"name": track}})
+        out.append({"ph": "X", "name": name, "cat": type_, "pid": pid, "tid": tids[(dev, track)],
+                    "ts": (t0 - t_origin) * 1e6, "dur": max((t1 - t0) * 1e6, 0.01),
+                    "args": {"type": type_, "frame": frame or "<root>", "iteration": it}})
+    for dev, pid in pids.items():
+        out.append({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": dev}})
+    return {"traceEvents": out, "displayTimeUnit": "ms"}
+
+
+def plot(run_metadata: Any, path: str, *, title: str | None = None) -> str:
+    """Draw the timeline of `run_metadata.trace` as a PNG (needs matplotlib)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    events = run_metadata.trace if hasattr(run_metadata, "trace") else run_metadata
+    if not events:
+        raise ValueError("the run metadata holds no trace; run with RunOptions(trace=True)")
+    t_origin = min(e[5] for e in events)
+    tracks = sorted({(e[0], e[7] if len(e) > 7 else "compute") for e in events})
+    row = {t: i for i, t in enumerate(tracks)}
+    fig, ax = plt.subplots(figsize=(12, 1 + 0.6 * len(tracks)))
+    colors = plt.get_cmap("tab20")
+    types = sorted({e[2] for e in events})
+    for e in events:
+        r = row[(e[0], e[7] if len(e) > 7 else "compute")]
+        ax.broken_barh([((e[5] - t_origin) * 1e3, max((e[6] - e[5]) * 1e3, 1e-4))], (r - 0.4, 0.8),
+                       color=colors(types.index(e[2]) % 20))
+    ax.set_yticks(range(len(tracks)))
+    ax.set_yticklabels([f"{d} {t}" for d, t in tracks])
+    ax.set_xlabel("time (ms)")
+    ax.set_title(title or f"{len(events)} op executions")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

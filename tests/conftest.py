@@ -1,0 +1,51 @@
+"""Shared fixtures: a fresh default graph and a seeded RNG for every test, and the
+`compiled` fixture that runs each control-flow test through both execution paths."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+import dcf
+
+
+@pytest.fixture(autouse=True)
+def _fresh_graph_and_seed():
+    """Every test builds into its own default graph, with numpy's and Python's RNG seeded."""
+    dcf.reset_default_graph()
+    np.random.seed(0)
+    random.seed(0)
+    yield
+    dcf.reset_default_graph()
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    """A seeded numpy Generator for test data."""
+    return np.random.default_rng(0)
+
+
+@pytest.fixture(params=[True, False], ids=["compiled", "tagged"])
+def compiled(request) -> dcf.SessionConfig:
+    """SessionConfig for both paths: loop frames compiled to straight-line Python
+    (compile_frames=True) and the tagged-token executor (compile_frames=False)."""
+    return dcf.SessionConfig(compile_frames=request.param)
+
+
+@pytest.fixture
+def run_graph():
+    """`run_graph(fetches, feed_dict=None, config=None, trace=False)`: run in a fresh
+    Session; with trace=True returns (values, trace events)."""
+
+    def run(fetches, feed_dict=None, config=None, trace=False):
+        with dcf.Session(config=config) as sess:
+            if not trace:
+                return sess.run(fetches, feed_dict)
+            md = dcf.RunMetadata()
+            out = sess.run(fetches, feed_dict, options=dcf.RunOptions(trace=True),
+                           run_metadata=md)
+            return out, md.trace
+
+    return run
