@@ -25,5 +25,6 @@ from dcf.session import (  # noqa: F401
 )
 from dcf import nn, trace  # noqa: F401,E402
 from dcf.autodiff import gradients  # noqa: F401,E402
+from dcf import train  # noqa: F401,E402
 
 __version__ = "0.1.0"

@@ -49,3 +49,4 @@ def run_graph():
             return out, md.trace
 
     return run
+

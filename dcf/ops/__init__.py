@@ -11,3 +11,4 @@ from dcf.ops.nn_ops import *  # noqa: F401,F403
 from dcf.ops.random_ops import *  # noqa: F401,F403
 from dcf.ops.state_ops import *  # noqa: F401,F403
 from dcf.ops.data_ops import *  # noqa: F401,F403
+from dcf.ops import rnn_ops  # noqa: F401

@@ -143,10 +143,41 @@ def _const(value: Any, dtype: dtypes.DType, graph: Any = None) -> Tensor:
     return apply("Const", [], graph=graph, value=as_value(value, dtype), dtype=dtype)
 
 
+def _graph_of(*xs: Any) -> Any:
+    """The graph of the first tensor among xs (None: the default graph)."""
+    return next((x.graph for x in xs if isinstance(x, Tensor)), None)
+
+
+def _static_axis(axis: Any, what: str = "axis") -> int:
+    v = _int_value(axis)
+    if v is None:
+        raise TypeError(f"{what} must be known when the graph is built, got {axis!r}")
+    return v
+
+
+def _known_value(t: Any) -> Any:
+    """constant_value, also seeing through ``shape(x)[k]`` where x's dim k is static."""
+    v = constant_value(t)
+    if v is not None or not isinstance(t, Tensor):
+        return v
+    op = t.op
+    if op.type == "StridedSlice" and len(op.inputs) == 1 and op.inputs[0].op.type == "Shape":
+        key, src = op.attrs["key"], op.inputs[0].op.inputs[0].shape
+        if (
+            src is not None
+            and len(key) == 1
+            and type(key[0]) is int
+            and -len(src) <= key[0] < len(src)
+        ):
+            d = src[key[0]]
+            return None if d is None else np.asarray(d, dtype=t.dtype.np)
+    return None
+
+
 def _int_value(v: Any) -> int | None:
     """A build-time int, or None when `v` is a tensor of unknown value."""
     if _is_tensorlike(v):
-        v = constant_value(v)
+        v = _known_value(v)
         if v is None:
             return None
     arr = np.asarray(v)
@@ -188,7 +219,7 @@ def _shape_arg(value: Any) -> tuple[tuple | None, tuple | None, Tensor | None]:
         if any(v is None for v in vals):
             hint = tuple(None if v is None or v < 0 else v for v in vals)
             parts = [convert_to_tensor(e) if v is None else v for e, v in zip(value, vals)]
-            parts = [cast_int32(p) if isinstance(p, Tensor) else p for p in parts]
+            parts = [_cast_int32(p) if isinstance(p, Tensor) else p for p in parts]
             return None, hint, stack(parts)
         value = vals
     arr = np.asarray(value)
@@ -199,7 +230,7 @@ def _shape_arg(value: Any) -> tuple[tuple | None, tuple | None, Tensor | None]:
     return tuple(int(d) for d in arr), None, None
 
 
-def cast_int32(t: Tensor) -> Tensor:
+def _cast_int32(t: Tensor) -> Tensor:
     if t.dtype is dtypes.int32:
         return t
     return apply("Cast", [t], dtype=dtypes.int32)
@@ -450,7 +481,7 @@ _gradient("Squeeze")(_expand_dims_grad)
 
 def expand_dims(input: Any, axis: int, name: str | None = None) -> Tensor:
     """``np.expand_dims(input, axis)``: insert a size-1 axis at `axis` (-1: at the end)."""
-    return apply("ExpandDims", [input], name, axis=int(_int_value(axis)))
+    return apply("ExpandDims", [input], name, axis=_static_axis(axis))
 
 
 def squeeze(input: Any, axis: Any = None, name: str | None = None) -> Tensor:
@@ -519,7 +550,11 @@ def _concat_grad(op, g):
 
 def concat(values: Any, axis: int, name: str | None = None) -> Tensor:
     """``np.concatenate(values, axis)``: join tensors along an existing axis."""
-    return apply("ConcatV2", list(values), name, axis=int(_int_value(axis)))
+    values = list(values)
+    first = next((convert_to_tensor(v) for v in values if _is_tensorlike(v)), None)
+    if first is not None:
+        values = [v if _is_tensorlike(v) else _const(v, first.dtype, first.graph) for v in values]
+    return apply("ConcatV2", values, name, axis=_static_axis(axis))
 
 
 def _pack_infer(*xs: TensorType, axis: int) -> TensorType:
@@ -676,7 +711,11 @@ def split(
 ) -> tuple:
     """``np.split(value, n, axis)`` for an int n (equal parts), or cut `value` along `axis`
     into pieces of the given sizes (one size may be -1). Returns a tuple of tensors."""
-    axis = int(_int_value(axis))
+    axis = _static_axis(axis)
+    if _is_tensorlike(num_or_size_splits):
+        v = constant_value(num_or_size_splits)
+        if v is not None and np.ndim(v) == 0:
+            num_or_size_splits = int(v)
     if isinstance(num_or_size_splits, (int, np.integer)):
         return apply("SplitV", [value], name, sizes=None, num=int(num_or_size_splits), axis=axis)
     static, _, dyn = _shape_arg(num_or_size_splits)
@@ -749,7 +788,7 @@ def _slice_grad(op, g):
     if isinstance(begin, tuple) and _known(x.shape) and _known(y.shape):
         pads = [[b, d - b - s] for b, d, s in zip(begin, x.shape, y.shape)]
         return [pad(g, pads)]
-    b = cast_int32(convert_to_tensor(begin))
+    b = _cast_int32(begin) if isinstance(begin, Tensor) else _const(begin, dtypes.int32, x.graph)
     after = shape(x) - b - shape(y)
     return [pad(g, stack([b, after], axis=1))]
 
@@ -848,8 +887,9 @@ def _resolve_key(key: tuple, dyn: tuple) -> tuple:
         if type(k) is Dyn:
             k = int(dyn[k.slot])
         elif type(k) is _pyslice and Dyn in (type(k.start), type(k.stop), type(k.step)):
-            k = _pyslice(*(int(dyn[v.slot]) if type(v) is Dyn else v
-                           for v in (k.start, k.stop, k.step)))
+            k = _pyslice(
+                *(int(dyn[v.slot]) if type(v) is Dyn else v for v in (k.start, k.stop, k.step))
+            )
         out.append(k)
     return tuple(out)
 
@@ -986,7 +1026,18 @@ def strided_slice(input_: Any, key: Any, name: str | None = None) -> Tensor:
             spec.append(_pyslice(*parts))
         else:
             spec.append(_index_entry(k, dyn))
+    value = constant_value(input_) if not dyn and isinstance(input_, Tensor) else None
+    if value is not None and _key_is_valid(value, spec):
+        return _const(value[tuple(spec)], input_.dtype, input_.graph)  # fold, e.g. shape(x)[0]
     return apply("StridedSlice", [input_, *dyn], name, key=tuple(spec))
+
+
+def _key_is_valid(value: Any, spec: list) -> bool:
+    try:
+        value[tuple(spec)]
+    except IndexError:
+        return False  # let inference report it
+    return True
 
 
 Tensor.__getitem__ = lambda self, key: strided_slice(self, key)
@@ -1038,7 +1089,7 @@ def _gather_grad(op, g):
 
 def gather(params: Any, indices: Any, axis: int = 0, name: str | None = None) -> Tensor:
     """``np.take(params, indices, axis)``: out[..., i, ...] = params[..., indices[i], ...]."""
-    return apply("GatherV2", [params, indices], name, axis=int(_int_value(axis)))
+    return apply("GatherV2", [params, indices], name, axis=_static_axis(axis))
 
 
 def _uss_infer(
@@ -1204,7 +1255,7 @@ def one_hot(
         )
     dt = dtypes.as_dtype(dtype)
     vals = [
-        v if isinstance(v, Tensor) else _const(d if v is None else v, dt)
+        v if isinstance(v, Tensor) else _const(d if v is None else v, dt, _graph_of(indices))
         for v, d in ((on_value, 1), (off_value, 0))
     ]
     static, dyn = _int_arg(depth, "depth")
@@ -1301,13 +1352,13 @@ def fill(dims: Any, value: Any, name: str | None = None) -> Tensor:
 def zeros(shape: Any, dtype: Any = dtypes.float32, name: str | None = None) -> Tensor:
     """``np.zeros(shape, dtype)``."""
     dt = dtypes.as_dtype(dtype)
-    return fill(shape, _const(False if dt.is_bool else 0, dt), name=name)
+    return fill(shape, _const(False if dt.is_bool else 0, dt, _graph_of(shape)), name=name)
 
 
 def ones(shape: Any, dtype: Any = dtypes.float32, name: str | None = None) -> Tensor:
     """``np.ones(shape, dtype)``."""
     dt = dtypes.as_dtype(dtype)
-    return fill(shape, _const(True if dt.is_bool else 1, dt), name=name)
+    return fill(shape, _const(True if dt.is_bool else 1, dt, _graph_of(shape)), name=name)
 
 
 register(OpDef("ZerosLike", infer=lambda x: x, kernel=lambda xp, x: _s(xp.zeros_like(x))))
@@ -1408,7 +1459,7 @@ def _tile_grad(op, g):
     if m is not None and _known(x.shape):
         split_shape: Any = [v for pair in zip(m, x.shape) for v in pair]
     else:
-        mt = cast_int32(op.inputs[1]) if m is None else _const(list(m), dtypes.int32)
+        mt = _cast_int32(op.inputs[1]) if m is None else _const(list(m), dtypes.int32, x.graph)
         split_shape = reshape(transpose(stack([mt, shape(x)])), [-1])
     summed = _math.reduce_sum(reshape(g, split_shape), axis=list(_pyrange(0, 2 * r, 2)))
     return [summed]

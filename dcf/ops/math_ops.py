@@ -577,20 +577,27 @@ def cos(x: Any, name: str | None = None) -> Tensor:
 # ------------------------------------------------------------------ add_n
 def _add_n_infer(*xs: TensorType) -> TensorType:
     out = xs[0]
-    for x in xs[1:]:
-        out = binary_infer(out, x)
     _check_kind(out, "numeric")
-    if any(x.shape is not None and len(x.shape) != len(out.shape or x.shape) for x in xs):
-        raise InvalidArgumentError("inputs differ in rank")
+    for x in xs[1:]:
+        if x.dtype is not out.dtype:
+            raise TypeError(f"inputs differ in dtype: {xs[0]} vs {x}")
+        if out.shape is None:
+            out = x
+        elif x.shape is not None:
+            if len(x.shape) != len(out.shape) or any(
+                a is not None and b is not None and a != b for a, b in zip(x.shape, out.shape)
+            ):
+                raise InvalidArgumentError(f"inputs differ in shape: {xs[0]} vs {x}")
+            merged = tuple(a if a is not None else b for a, b in zip(out.shape, x.shape))
+            out = TensorType(out.dtype, merged)
     return out
 
 
 def _add_n(xp, *xs):
-    if len(xs) == 1:
-        return xs[0]
-    out = xs[0] + xs[1]
-    for x in xs[2:]:
-        out = out + x if out.ndim == 0 else xp.add(out, x, out=out)
+    out = xs[0]
+    for i, x in enumerate(xs[1:]):
+        # from the second addition on, `out` is our own buffer: accumulate in place
+        out = xp.add(out, x, out=out) if i and out.ndim else out + x
     return out
 
 
@@ -825,7 +832,7 @@ def _kept(op, t: Tensor) -> Tensor:
         return strided_slice(
             t, tuple(None if i in axes else builtins.slice(None) for i in _pyrange(r))
         )
-    axes_t = axis if isinstance(axis, Tensor) else _const(list(axis), dtypes.int32)
+    axes_t = axis if isinstance(axis, Tensor) else _const(list(axis), dtypes.int32, x.graph)
     return reshape(t, reduced_shape(shape(x), axes_t))
 
 
@@ -839,7 +846,8 @@ def _mean_grad(op, g):
     x, y = op.inputs[0], op.outputs[0]
     grad = broadcast_to(_kept(op, g), _shape_of(x))
     if _known(x.shape) and _known(y.shape):
-        return [grad / _const(_prod(x.shape) // builtins.max(_prod(y.shape), 1), x.dtype)]
+        count = _prod(x.shape) // builtins.max(_prod(y.shape), 1)
+        return [grad / _const(count, x.dtype, x.graph)]
     count = cast(size(x), x.dtype) / cast(maximum(size(y), 1), x.dtype)
     return [grad / count]
 

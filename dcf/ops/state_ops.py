@@ -21,19 +21,13 @@ def _handle_kernel(xp, *, res, node_name, var_name, dtype, shape):
     return res.variable(var_name)
 
 
-def _read_kernel(xp, handle, *, dtype):
+def _read_kernel(xp, handle, *, dtype, shape=None):
     v = handle.value
     if v is None:
         raise InvalidArgumentError(
             f"variable '{handle.name}' was read before it was initialized; "
             "run dcf.global_variables_initializer() first")
     return v
-
-
-def _check_assign(handle, value, dtype):
-    if getattr(value, "dtype", None) != dtype.np:
-        raise InvalidArgumentError(
-            f"variable '{handle.name}' holds {dtype}, cannot assign {value.dtype}")
 
 
 def _assign_kernel(xp, handle, value, *, dtype):
@@ -99,7 +93,11 @@ class Variable:
                  dtype: Any = None) -> None:
         g = get_default_graph()
         if g._ctx is not None:
-            raise ValueError("create Variables outside cond/while_loop bodies")
+            # Created inside a cond/while body (an RNN cell's first call): the variable
+            # itself lives outside any frame; reads inside enter it as a loop constant.
+            with g._control_flow_context(None):
+                self.__init__(initial_value, name=name, trainable=trainable, dtype=dtype)
+            return
         with g.name_scope(name or "Variable") as scope:
             self.name = scope.rstrip("/")
             if callable(initial_value):

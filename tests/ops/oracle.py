@@ -66,8 +66,16 @@ def placeholder(dtype: Any, shape: Any = None, name: str = "Placeholder") -> Ten
 
 
 def _as_value(v: Any, t: Tensor) -> Any:
-    arr = np.asarray(v, dtype=t.dtype.np)
-    return arr[()] if arr.ndim == 0 else arr
+    arr = np.array(v, dtype=t.dtype.np)
+    return arr[()] if arr.ndim == 0 else _frozen(arr)
+
+
+def _frozen(v: Any) -> Any:
+    """Values are shared between consumers: kernels get them read-only, so a kernel that
+    writes into an input fails loudly."""
+    if isinstance(v, np.ndarray):
+        v.setflags(write=False)
+    return v
 
 
 def check_value(t: Tensor, v: Any) -> None:
@@ -123,7 +131,7 @@ def run_op(fetches: Any, feed: dict | None = None, res: FakeResources | None = N
         assert isinstance(outs, tuple) and len(outs) == len(op.outputs), op
         for t, v in zip(op.outputs, outs):
             check_value(t, v)
-            values[t] = v
+            values[t] = _frozen(v)
     out = [values[t] for t in fetch_list]
     return out[0] if single else out
 
@@ -204,7 +212,9 @@ def check_grads(
         xs = _placeholders(args, shapes)
         y = f(*xs)
         ct_t = placeholder(dtypes.float64, y.shape, name="ct")
-        grads = gradients([y], xs, [ct_t])
+    # outside the `with`: gradient functions must build into the graph of their op
+    grads = gradients([y], xs, [ct_t])
+    assert all(op.graph is g for op in g.get_operations())
     feed = dict(zip(xs, args))
     y0 = run_op(y, feed)
     ct = rng.standard_normal(np.shape(y0))

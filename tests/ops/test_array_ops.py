@@ -628,3 +628,41 @@ def test_second_order_gradient_matches_finite_differences(case):
     _, f, shapes, _ = next(c for c in GRAD_CASES if c[0] == case)
     rng = np.random.default_rng(4)
     check_grads(lambda *xs: M.square(f(*xs)), [_arg(rng, s) for s in shapes], order=2)
+
+
+# ------------------------------------------------------- build-time knowledge
+def test_shape_entries_known_at_build_time_stay_static():
+    g = Graph()
+    with g.as_default():
+        x = placeholder(dtypes.float32, (3, 4))
+        u = placeholder(dtypes.float32, (None, 4))
+        first = A.shape(x)[0]
+        a = A.reshape(x, [A.shape(x)[0], -1])
+        b = A.zeros([A.shape(u)[0], A.shape(u)[1]])
+        c = A.reshape(u, [-1, A.shape(u)[1] * 1, 1])
+    assert first.op.type == "Const" and run_op(first) == 3  # folded
+    assert a.op.type == "Reshape" and len(a.op.inputs) == 1 and a.shape == (3, 4)
+    assert b.shape == (None, 4) and c.shape == (None, None, 1)
+    uv = _rand((2, 4))
+    bv, cv = run_op([b, c], {u: uv})
+    assert bv.shape == (2, 4) and cv.shape == (2, 4, 1)
+
+
+def test_split_by_a_scalar_tensor_count_and_concat_of_python_values():
+    x = _rand((4, 2), dt=np.float64)
+    parts, vals = _run(lambda t: A.split(t, M.cast(2, dtypes.int32)), x)
+    assert len(parts) == 2 and parts[0].shape == (2, 2)
+    out, got = _run(lambda t: A.concat([t, [[1.0, 2.0]]], 0), x)
+    assert out.dtype is dtypes.float64 and out.shape == (5, 2)
+    np.testing.assert_array_equal(got, np.concatenate([x, [[1.0, 2.0]]]))
+
+
+def test_axis_arguments_must_be_known_when_the_graph_is_built():
+    g = Graph()
+    with g.as_default():
+        x = placeholder(dtypes.float32, (2, 3))
+        k = placeholder(dtypes.int32, ())
+        with pytest.raises(TypeError, match=r"axis must be known when the graph is built"):
+            A.expand_dims(x, k)
+        with pytest.raises(TypeError, match=r"axis must be known when the graph is built"):
+            A.concat([x, x], k)

@@ -616,3 +616,16 @@ def test_every_op_type_here_declares_its_gradient_or_none():
     assert len(mine) > 80
     missing = [t for t in mine if t not in GRADIENTS]
     assert not missing
+
+
+def test_add_n_needs_one_shape():
+    g = Graph()
+    with g.as_default():
+        a = placeholder(dtypes.float32, (2, 3))
+        assert M.add_n([a, placeholder(dtypes.float32, (None, 3)), a]).shape == (2, 3)
+        with pytest.raises(
+            InvalidArgumentError,
+            match=r"AddN 'AddN': inputs differ in shape: "
+            r"float32\[2,3\] vs float32\[3\]",
+        ):
+            M.add_n([a, placeholder(dtypes.float32, (3,))])

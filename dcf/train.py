@@ -1,0 +1,164 @@
+"""Optimizers and checkpoints."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any
+
+import numpy as np
+
+from dcf.autodiff import gradients
+from dcf.graph import Operation, Tensor, get_default_graph
+from dcf.ops import array_ops, math_ops
+from dcf.ops.control_ops import group, placeholder
+from dcf.ops.registry import convert_to_tensor
+from dcf.ops.state_ops import Variable, global_variables, trainable_variables
+
+__all__ = ["Optimizer", "GradientDescentOptimizer", "AdamOptimizer", "Saver"]
+
+
+class Optimizer:
+    """Base class: `minimize(loss)` = `apply_gradients(compute_gradients(loss))`."""
+
+    def __init__(self, learning_rate: float, name: str) -> None:
+        self.learning_rate = learning_rate
+        self.name = name
+
+    def compute_gradients(self, loss: Tensor, var_list: list[Variable] | None = None
+                          ) -> list[tuple[Tensor | None, Variable]]:
+        """(gradient, variable) pairs; gradient None where loss does not depend on it."""
+        vs = list(var_list) if var_list is not None else trainable_variables()
+        if not vs:
+            raise ValueError(f"{self.name}: no variables to optimize")
+        return list(zip(gradients(loss, vs), vs))
+
+    def apply_gradients(self, grads_and_vars: list, name: str | None = None) -> Operation:
+        g = get_default_graph()
+        with g.name_scope(name or self.name):
+            updates = [self._apply(gr, v) for gr, v in grads_and_vars if gr is not None]
+            if not updates:
+                raise ValueError(f"{self.name}: no gradients flow to any variable")
+            return group(*updates, name="update")
+
+    def minimize(self, loss: Tensor, var_list: list[Variable] | None = None,
+                 name: str | None = None) -> Operation:
+        """An op that takes one optimization step on `loss`."""
+        return self.apply_gradients(self.compute_gradients(loss, var_list), name=name)
+
+    def _apply(self, grad: Tensor, var: Variable) -> Any:
+        raise NotImplementedError
+
+
+class GradientDescentOptimizer(Optimizer):
+    """`var -= learning_rate * grad`."""
+
+    def __init__(self, learning_rate: float, name: str = "GradientDescent") -> None:
+        super().__init__(learning_rate, name)
+
+    def _apply(self, grad: Tensor, var: Variable) -> Any:
+        lr = convert_to_tensor(self.learning_rate, dtype=var.dtype)
+        return var.assign_sub(lr * grad)
+
+
+class AdamOptimizer(Optimizer):
+    """Adam (Kingma & Ba): bias-corrected first and second moment estimates.
+
+        t += 1; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2
+        var -= lr * sqrt(1-b2^t)/(1-b1^t) * m / (sqrt(v) + eps)
+    """
+
+    def __init__(self, learning_rate: float = 0.001, beta1: float = 0.9, beta2: float = 0.999,
+                 epsilon: float = 1e-8, name: str = "Adam") -> None:
+        super().__init__(learning_rate, name)
+        self.beta1, self.beta2, self.epsilon = beta1, beta2, epsilon
+        self._slots: dict[Variable, tuple[Variable, Variable]] = {}
+
+    def apply_gradients(self, grads_and_vars: list, name: str | None = None) -> Operation:
+        pairs = [(gr, v) for gr, v in grads_and_vars if gr is not None]
+        if not pairs:
+            raise ValueError(f"{self.name}: no gradients flow to any variable")
+        g = get_default_graph()
+        dt = pairs[0][1].dtype
+        with g.name_scope(name or self.name):
+            b1p = Variable(np.asarray(1.0, dt.np), name="beta1_power", trainable=False)
+            b2p = Variable(np.asarray(1.0, dt.np), name="beta2_power", trainable=False)
+            nb1 = b1p.assign(b1p * self.beta1)
+            nb2 = b2p.assign(b2p * self.beta2)
+            lr_t = self.learning_rate * math_ops.sqrt(1.0 - nb2) / (1.0 - nb1)
+            updates = []
+            for gr, var in pairs:
+                m, v = self._slot(var)
+                m_new = m.assign(m * self.beta1 + gr * (1.0 - self.beta1))
+                v_new = v.assign(v * self.beta2 + math_ops.square(gr) * (1.0 - self.beta2))
+                step = math_ops.cast(lr_t, var.dtype) * m_new / (math_ops.sqrt(v_new)
+                                                                 + self.epsilon)
+                updates.append(var.assign_sub(step))
+            return group(*updates, name="update")
+
+    def _slot(self, var: Variable) -> tuple[Variable, Variable]:
+        s = self._slots.get(var)
+        if s is None:
+            shape = var.shape if var.shape is not None else ()
+            s = (Variable(np.zeros(shape, var.dtype.np), name=f"{var.name}/Adam", trainable=False),
+                 Variable(np.zeros(shape, var.dtype.np), name=f"{var.name}/Adam_1",
+                          trainable=False))
+            self._slots[var] = s
+        return s
+
+
+class Saver:
+    """Save and restore variables.
+
+    A checkpoint is one .npz file (numpy arrays, never pickle). `save` writes a
+    temporary file in the same directory, fsyncs it and renames it over the target,
+    so a crash mid-save leaves the previous checkpoint intact.
+    """
+
+    def __init__(self, var_list: list[Variable] | None = None) -> None:
+        self.var_list = list(var_list) if var_list is not None else global_variables()
+        if not self.var_list:
+            raise ValueError("Saver: there are no variables to save")
+        names = [v.name for v in self.var_list]
+        if len(set(names)) != len(names):
+            raise ValueError(f"Saver: duplicate variable names in {names}")
+        g = self.var_list[0].graph
+        with g.as_default(), g.name_scope("save"):
+            self._reads = [v.read_value() for v in self.var_list]
+            self._feeds = [placeholder(v.dtype, v.shape) for v in self.var_list]
+            self._restore = group(*[v.assign(p) for v, p in zip(self.var_list, self._feeds)],
+                                  name="restore_all")
+
+    def save(self, sess: Any, save_path: str) -> str:
+        """Write every variable's value to `save_path` (atomically); returns the path."""
+        values = sess.run(self._reads)
+        path = save_path if save_path.endswith(".npz") else save_path + ".npz"
+        directory = os.path.dirname(os.path.abspath(path))
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".ckpt-", suffix=".tmp", dir=directory)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                np.savez(f, **{v.name: np.asarray(val) for v, val in zip(self.var_list, values)})
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            dfd = os.open(directory, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+        return path
+
+    def restore(self, sess: Any, save_path: str) -> None:
+        """Assign every variable the value stored in `save_path`."""
+        path = save_path if save_path.endswith(".npz") else save_path + ".npz"
+        with np.load(path, allow_pickle=False) as data:
+            missing = [v.name for v in self.var_list if v.name not in data.files]
+            if missing:
+                raise KeyError(f"checkpoint {path} has no values for {missing}")
+            feed = {p: data[v.name] for v, p in zip(self.var_list, self._feeds)}
+        sess.run(self._restore, feed)
