@@ -131,11 +131,14 @@ class WhileContext(_ContextBase):
         with g._control_flow_context(self.outer):
             if self.outer is not None:
                 t = self.outer.capture(t)
+                # the Enter runs in the outer frame: its control inputs belong there
+                control_inputs = [self.outer.capture_control(c) for c in control_inputs or ()]
             op = g.create_op(
                 "Enter", [t], [ttype or t.type], name=name, opdef=OPS["Enter"],
                 attrs={"frame_name": self.frame_name, "is_constant": is_constant,
                        "parallel_iterations": self.parallel_iterations},
-                ctx=self, frame_ctx=self.outer_frame, control_inputs=control_inputs)
+                ctx=self, frame_ctx=self.outer_frame, control_inputs=control_inputs,
+                capture_controls=False)
         if track:
             (self.const_enters if is_constant else self.enters).append(op)
         return op.outputs[0]

@@ -26,6 +26,15 @@ from dcf.token import DEAD
 __all__ = ["compile_frames", "CompiledFrame"]
 
 _YIELD_S = 0.002
+
+# Kernels that are one Python operator (see the op tables in ops/math_ops.py and
+# ops/control_ops.py) are emitted inline: same semantics, no call.
+_INLINE = {
+    "Identity": "{0}", "LoopCond": "{0}", "StopGradient": "{0}",
+    "Add": "({0} + {1})", "Sub": "({0} - {1})", "Mul": "({0} * {1})", "RealDiv": "({0} / {1})",
+    "Less": "({0} < {1})", "LessEqual": "({0} <= {1})", "Greater": "({0} > {1})",
+    "GreaterEqual": "({0} >= {1})", "LogicalAnd": "({0} & {1})", "LogicalOr": "({0} | {1})",
+}
 _counter = itertools.count()
 _INT0, _INT1 = np.int32(0), np.int32(1)
 
@@ -317,8 +326,14 @@ class _Codegen:
             return
         if n.kind != Kind.KERNEL:
             raise _NotCompilable(f"{n.type} in a compiled frame")
-        self.env[f"f{n.id}"] = n.fn
-        call = f"f{n.id}({', '.join(args)})"
+        if n.type == "Const" and not args:
+            self.env[f"_C{n.id}"] = n.fn()  # hoisted: the value never changes
+            call = f"_C{n.id}"
+        elif n.type in _INLINE and n.n_out == 1:
+            call = _INLINE[n.type].format(*args)
+        else:
+            self.env[f"f{n.id}"] = n.fn
+            call = f"f{n.id}({', '.join(args)})"
         if n.n_out == 0:
             assign = call
         elif n.n_out == 1:

@@ -230,6 +230,7 @@ class Graph:
         self.collections: dict[str, list] = {}
         self.version = 0  # bumped on every new op; sessions use it to invalidate plans
         self._cond_of_merge: dict = {}  # Merge op -> CondInfo (for autodiff)
+        self._pop_source: dict = {}     # StackPopV2 op -> the forward tensor it saved
         self._lock = threading.RLock()
 
     # ----------------------------------------------------------------- queries
@@ -347,7 +348,7 @@ class Graph:
                   *, name: str | None = None, attrs: dict | None = None, opdef: Any = None,
                   ctx: Any = "current", frame_ctx: Any = "current",
                   control_inputs: list[Operation] | None = None,
-                  site: str | None = None) -> Operation:
+                  site: str | None = None, capture_controls: bool = True) -> Operation:
         """Append an op. Inputs must already be captured into the current context."""
         with self._lock:
             cur = self._ctx if ctx == "current" else ctx
@@ -357,7 +358,7 @@ class Graph:
             for c in self._current_control_inputs():
                 if c not in cins:
                     cins.append(c)
-            if cur is not None and cins:
+            if cur is not None and cins and capture_controls:
                 cins = [cur.capture_control(c) for c in cins]
             if cur is not None and not inputs and not cins:
                 piv = cur.pivot()

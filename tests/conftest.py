@@ -44,9 +44,7 @@ def run_graph():
             if not trace:
                 return sess.run(fetches, feed_dict)
             md = dcf.RunMetadata()
-            out = sess.run(fetches, feed_dict, options=dcf.RunOptions(trace=True),
-                           run_metadata=md)
+            out = sess.run(fetches, feed_dict, options=dcf.RunOptions(trace=True), run_metadata=md)
             return out, md.trace
 
     return run
-

@@ -165,9 +165,19 @@ def while_grad(state: GradState, w: WhileContext, inputs: list[Tensor],
         new_dv = [gv if gv is not None else _zeros_like(b) for gv, b in zip(gb, bins)]
         new_acc = [a + gv if gv is not None else a for a, gv in zip(accs, gc)]
         new_tacc = [a + gv if gv is not None else a for a, gv in zip(taccs, gt)]
+        pushes = getattr(g._ctx.while_ctx, "extra_pushes", [])
+        if pushes:
+            # second order: the next iteration waits until this one's pushes are done,
+            # so the loop that pops them starts after every push
+            from dcf.ops.registry import apply as _apply
+
+            trig = _apply("ControlTrigger", [], name="grad_push_sync", control_inputs=pushes)
+            with g.control_dependencies([trig]):
+                return n - 1, new_dv, new_acc, new_tacc
         return n - 1, new_dv, new_acc, new_tacc
 
-    with _grad_classes(g, while_cls=factory):
+    after = [x for loop in state.stack_grad_loops.get(w, []) for x in loop.exits]
+    with _grad_classes(g, while_cls=factory), g.control_dependencies(after):
         res = while_loop(lambda n, *_: n > 0, body, (count, d0, acc0, tacc0),
                          parallel_iterations=w.parallel_iterations, back_prop=True,
                          swap_memory=w.swap_memory, name=f"{w.frame_name}_grad",

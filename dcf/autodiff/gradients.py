@@ -35,6 +35,9 @@ class GradState:
         self.graph = graph
         self.source = source          # names this call's gradient TensorArrays
         self.targets = targets        # every x asked for (also those inside loops)
+        # second order: forward tensor -> stacks holding gradients of its saved copies
+        self.stack_grads: dict[Tensor, list[Tensor]] = {}
+        self.stack_grad_loops: dict[Any, list[Operation]] = {}
 
 
 _ACTIVE: list[GradState] = []
@@ -235,7 +238,7 @@ def vjp(state: GradState, ys: list[Tensor], xs: list[Tensor], grad_ys: list,
         if k in reaches:
             return reaches[k]
         reaches[k] = False  # cycles cannot happen at one level
-        r = False
+        r = u.kind == "op" and u.obj in state.graph._pop_source
         if u.kind != "op" and any(_inside(x, u.obj if u.kind == "while" else None)
                                   for x in state.targets) and _has_inner_target(u, state):
             r = True
@@ -255,6 +258,13 @@ def vjp(state: GradState, ys: list[Tensor], xs: list[Tensor], grad_ys: list,
         return r
 
     grads: dict[Tensor, list[Tensor]] = {}
+    ys, grad_ys = list(ys), list(grad_ys)
+    for t, handles in state.stack_grads.items():
+        if t.op.ctx is level and level is not None:
+            from dcf.autodiff.loop_state import pop_stack_grads
+
+            ys.append(t)
+            grad_ys.append(pop_stack_grads(t, handles))
     for y, gy in zip(ys, grad_ys):
         if gy is None or not differentiable(y):
             continue
@@ -318,9 +328,15 @@ def _has_inner_target(u: _Unit, state: GradState) -> bool:
 
 
 def _unit_grad(state: GradState, u: _Unit, out_grads: list) -> tuple[list, dict]:
-    if all(g is None for g in out_grads):
+    extra = u.kind == "while" and any(t.op.ctx is u.obj for t in state.stack_grads)
+    if all(g is None for g in out_grads) and not extra:
         return [None] * len(u.inputs), {}
     if u.kind == "op":
+        if u.obj.type == "StackPopV2" and u.obj in state.graph._pop_source:
+            from dcf.autodiff.loop_state import push_pop_grad
+
+            push_pop_grad(state, u.obj, out_grads[0])
+            return [None], {}
         return _op_grad(u.obj, out_grads), {}
     from dcf.autodiff import control_flow_grad
 

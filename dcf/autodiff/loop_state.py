@@ -156,6 +156,7 @@ class GradWhileContext(_GradMixin, WhileContext):
             pop = apply("StackPopV2", [handle], name="stack_pop", elem_type=t.dtype,
                         shape=t.shape, control_inputs=[pop_ctx.pivot()])
         self._saved[key] = pop  # type: ignore[index]
+        g._pop_source[pop.op] = t   # second order: the pop's gradient flows back to t
         return pop
 
 
@@ -191,3 +192,41 @@ def forward_counter(w: WhileContext) -> tuple[Tensor, Operation]:
 def saved_stacks(graph: Any) -> list[Operation]:
     """Every stack op that gradient loops of `graph` save forward values on."""
     return [op for op in graph.get_operations() if op.type == "StackV2"]
+
+
+def push_pop_grad(state: Any, pop: Operation, grad: Tensor) -> None:
+    """Second order: the gradient reaching a pop of saved value t is pushed on a new
+    stack (in this backward-of-backward loop's order, which is t's forward order); the
+    backward loop of t's own loop pops it as an extra gradient of t."""
+    t = pop.graph._pop_source[pop]
+    g = pop.graph
+    ctx = g._ctx
+    w = t.op.ctx.while_ctx if t.op.ctx is not None else None
+    if t.op.ctx is not w:
+        raise NotImplementedError(
+            f"second-order gradients through values saved inside a cond inside a loop "
+            f"('{t.name}') are not supported yet")
+    outer = ctx.while_ctx.outer if ctx is not None and ctx.while_ctx is not None else None
+    with g._control_flow_context(outer), g.control_dependencies(None):
+        handle = apply("StackV2", [], name="grad_stack", elem_type=grad.dtype,
+                       stack_name=f"{t.name}@grad", swap_memory=False)
+    push = apply("StackPushV2", [handle, grad], name="grad_stack_push", swap_memory=False).op
+    state.stack_grads.setdefault(t, []).append(handle)
+    loop = ctx.while_ctx if ctx is not None else None
+    if loop is not None:
+        # t's backward loop must start only after this loop pushed everything
+        state.stack_grad_loops.setdefault(w, []).append(loop)
+        loop.extra_pushes = getattr(loop, "extra_pushes", []) + [push]
+
+
+def pop_stack_grads(t: Tensor, handles: list) -> Tensor:
+    """Inside t's backward loop: pop this iteration's extra gradients of t."""
+    g = t.graph
+    ctx = g._ctx
+    parts = [apply("StackPopV2", [h], name="grad_stack_pop", elem_type=t.dtype, shape=t.shape,
+                   control_inputs=[ctx.pivot()]) for h in handles]
+    if len(parts) == 1:
+        return parts[0]
+    from dcf.ops.math_ops import add_n
+
+    return add_n(parts)

@@ -201,7 +201,7 @@ def _shape_arg(value: Any) -> tuple[tuple | None, tuple | None, Tensor | None]:
     """(static dims, None, None) when `value` is known at build time, else
     (None, partial dims for inference, int vector tensor). A scalar n means [n]."""
     if _is_tensorlike(value):
-        v = constant_value(value)
+        v = _known_value(value)
         if v is None:
             t = convert_to_tensor(value)
             if t.shape == ():
@@ -210,7 +210,7 @@ def _shape_arg(value: Any) -> tuple[tuple | None, tuple | None, Tensor | None]:
             if t.op.type == "Shape" and t.op.inputs[0].shape is not None:
                 hint = t.op.inputs[0].shape
             elif t.op.type == "Pack":
-                vals = [constant_value(i) for i in t.op.inputs]
+                vals = [_known_value(i) for i in t.op.inputs]
                 hint = tuple(None if x is None or int(x) < 0 else int(x) for x in vals)
             return None, hint, t
         value = v
@@ -382,7 +382,7 @@ def _transpose_infer(x: TensorType, *dyn: TensorType, perm: tuple | None) -> Ten
         return TensorType(x.dtype, None if perm is None else (None,) * len(perm))
     if perm is None:
         return TensorType(x.dtype, tuple(reversed(x.shape)))
-    if sorted(perm) != list(_pyrange(x.rank)):
+    if sorted(perm) != list(_pyrange(len(x.shape))):
         raise InvalidArgumentError(
             f"perm {list(perm)} is not a permutation of the {x.rank} axes of {x}"
         )
@@ -390,7 +390,7 @@ def _transpose_infer(x: TensorType, *dyn: TensorType, perm: tuple | None) -> Ten
 
 
 def _transpose(xp, x, *dyn, perm):
-    return _s(xp.transpose(x, _ints(dyn[0]) if dyn else perm))
+    return _s(x.transpose(_ints(dyn[0]) if dyn else perm))  # the method: no dispatch cost
 
 
 register(OpDef("Transpose", infer=_transpose_infer, kernel=_transpose))
@@ -465,9 +465,7 @@ def _squeeze_infer(x: TensorType, *, axis: tuple | None) -> TensorType:
 
 
 register(
-    OpDef(
-        "Squeeze", infer=_squeeze_infer, kernel=lambda xp, x, *, axis: _s(xp.squeeze(x, axis=axis))
-    )
+    OpDef("Squeeze", infer=_squeeze_infer, kernel=lambda xp, x, *, axis: _s(x.squeeze(axis=axis)))
 )
 
 
@@ -511,7 +509,7 @@ def _concat_infer(*xs: TensorType, axis: int) -> TensorType:
     if r == 0:
         raise InvalidArgumentError("cannot concatenate scalars; use dcf.stack")
     a = _norm_axis(axis, r)
-    out: list = list(known[0].shape)
+    out: list = list(known[0].shape or ())
     out[a] = 0
     for x in xs:
         if x.shape is None:
@@ -720,6 +718,7 @@ def split(
         return apply("SplitV", [value], name, sizes=None, num=int(num_or_size_splits), axis=axis)
     static, _, dyn = _shape_arg(num_or_size_splits)
     if dyn is None:
+        assert static is not None
         return apply("SplitV", [value], name, sizes=static, num=len(static), axis=axis)
     n = num if num is not None else dyn.shape[0] if dyn.shape else None
     if n is None:
@@ -851,6 +850,12 @@ def pad(
     """``np.pad(tensor, paddings, constant_values=constant_values)``; paddings is [rank, 2]."""
     if mode.upper() != "CONSTANT":
         raise ValueError(f"pad: only mode='CONSTANT' is supported, got {mode!r}")
+    if _is_tensorlike(constant_values):
+        cv = constant_value(constant_values)
+        if cv is None:
+            raise TypeError("pad: constant_values must be known when the graph is built")
+        constant_values = cv
+    constant_values = np.asarray(constant_values).item()  # a plain number in the attrs
     if _is_tensorlike(paddings) and constant_value(paddings) is None:
         return apply(
             "Pad", [tensor, paddings], name, paddings=None, constant_values=constant_values
@@ -909,14 +914,16 @@ def _key_shape(key: tuple, x: TensorType) -> tuple | None:
     used = builtins.sum(1 for k in key if k is not None and k is not Ellipsis)
     if x.shape is None:
         return None
-    if used > x.rank:
+    r = len(x.shape)
+    if used > r:
         raise InvalidArgumentError(f"too many indices ({used}) for {x}")
     if Ellipsis in key:
         i = key.index(Ellipsis)
-        key = key[:i] + (_pyslice(None),) * (x.rank - used) + key[i + 1 :]
+        key = key[:i] + (_pyslice(None),) * (r - used) + key[i + 1 :]
     else:
-        key = key + (_pyslice(None),) * (x.rank - used)
-    out, axis = [], 0
+        key = key + (_pyslice(None),) * (r - used)
+    out: list = []
+    axis = 0
     for k in key:
         if k is None:
             out.append(1)
@@ -1040,7 +1047,8 @@ def _key_is_valid(value: Any, spec: list) -> bool:
     return True
 
 
-Tensor.__getitem__ = lambda self, key: strided_slice(self, key)
+# setattr: Tensor (graph.py) declares no __getitem__, so mypy rejects a plain assignment
+setattr(Tensor, "__getitem__", lambda self, key: strided_slice(self, key))  # noqa: B010
 
 
 # ------------------------------------------------------------ gather / scatter
@@ -1098,11 +1106,11 @@ def _uss_infer(
     _check_int(ids, "segment_ids")
     if data.shape is None or ids.shape is None:
         return TensorType(data.dtype, None)
-    if ids.rank > data.rank or any(
+    if len(ids.shape) > len(data.shape) or any(
         a is not None and b is not None and a != b for a, b in zip(ids.shape, data.shape)
     ):
         raise InvalidArgumentError(f"segment_ids {ids} must be a prefix of data {data}")
-    return TensorType(data.dtype, (num_segments,) + data.shape[ids.rank :])
+    return TensorType(data.dtype, (num_segments,) + data.shape[len(ids.shape) :])
 
 
 def _uss(xp, data, ids, *dyn, num_segments):

@@ -28,7 +28,6 @@ from dcf.ops.array_ops import (
     _known,
     _norm_axis,
     _prod,
-    _s,
     _shape_of,
     broadcast_gradient_args,
     broadcast_to,
@@ -397,8 +396,8 @@ def _unary_grad(fn):
     return lambda op, g: [fn(op, g, op.inputs[0], op.outputs[0])]
 
 
-for _type, _kernel, _kind, _grad in _UNARY:
-    register(OpDef(_type, infer=_unary_infer(_kind), kernel=_kernel))
+for _type, _ukernel, _kind, _grad in _UNARY:
+    register(OpDef(_type, infer=_unary_infer(_kind), kernel=_ukernel))
     if _grad is None:
         not_differentiable(_type)
     else:
@@ -643,6 +642,7 @@ def cast(x: Any, dtype: Any, name: str | None = None) -> Tensor:
 
 # ----------------------------------------------------------------- matmul
 def _matmul_dims(t: TensorType, transpose: bool) -> tuple:
+    assert t.shape is not None
     m, k = t.shape[-2:]
     return (k, m) if transpose else (m, k)
 
@@ -660,7 +660,8 @@ def _matmul_check(
     if a.dtype.is_bool:
         raise TypeError(f"does not support bool tensors, got {a}")
     for t, what in ((a, "a"), (b, "b")):
-        if t.shape is not None and not min_rank <= t.rank <= (max_rank or t.rank):
+        r = None if t.shape is None else len(t.shape)
+        if r is not None and not min_rank <= r <= (max_rank or r):
             need = "rank 2" if max_rank == 2 else "rank >= 2"
             raise InvalidArgumentError(f"{what} must have {need}, got {t}")
     if a.shape is None or b.shape is None:
@@ -685,7 +686,7 @@ def _batch_matmul_infer(
     m, n = _matmul_check(a, b, transpose_a, transpose_b, 2, None)
     if a.shape is None or b.shape is None:
         return TensorType(a.dtype, None)
-    return TensorType(a.dtype, broadcast_shape(a.shape[:-2], b.shape[:-2]) + (m, n))
+    return TensorType(a.dtype, (broadcast_shape(a.shape[:-2], b.shape[:-2]) or ()) + (m, n))
 
 
 def _matmul(xp, a, b, *, transpose_a, transpose_b):
@@ -751,25 +752,26 @@ def _reduce_infer(
     x: TensorType, *dyn: TensorType, axis: tuple | None, keepdims: bool
 ) -> TensorType:
     _check_kind(x, "numeric")
+    r = None if x.shape is None else len(x.shape)
     if dyn:
         a = dyn[0]
         _check_int(a, "axis")
-        if x.shape is None:
+        if r is None:
             return TensorType(x.dtype, None)
         if keepdims:
-            return TensorType(x.dtype, (None,) * x.rank)
+            return TensorType(x.dtype, (None,) * r)
         if a.shape == ():
-            return TensorType(x.dtype, (None,) * (x.rank - 1))
+            return TensorType(x.dtype, (None,) * (r - 1))
         if a.shape is not None and len(a.shape) == 1 and a.shape[0] is not None:
-            return TensorType(x.dtype, (None,) * builtins.max(x.rank - a.shape[0], 0))
+            return TensorType(x.dtype, (None,) * builtins.max(r - a.shape[0], 0))
         return TensorType(x.dtype, None)
     if axis is None:
         if not keepdims:
             return TensorType(x.dtype, ())
-        return TensorType(x.dtype, None if x.shape is None else (1,) * x.rank)
+        return TensorType(x.dtype, None if r is None else (1,) * r)
     if x.shape is None:
         return TensorType(x.dtype, None)
-    axes = {_norm_axis(a, x.rank) for a in axis}
+    axes = {_norm_axis(a, r) for a in axis}
     if len(axes) != len(axis):
         raise InvalidArgumentError(f"duplicate axes in {list(axis)} for {x}")
     if keepdims:
@@ -932,14 +934,13 @@ def _arg_infer(
     x: TensorType, *dyn: TensorType, axis: int | None, output_type: dtypes.DType
 ) -> TensorType:
     _check_kind(x, "numeric")
-    if dyn:
-        _check_scalar_int(dyn[0], "axis")
-        return TensorType(output_type, None if x.shape is None else (None,) * (x.rank - 1))
-    if x.shape is None:
-        return TensorType(output_type, None)
-    if x.rank == 0:
+    if x.shape is not None and len(x.shape) == 0:
         raise InvalidArgumentError(f"needs a tensor of rank >= 1, got {x}")
-    a = _norm_axis(axis, x.rank)
+    if dyn or x.shape is None:
+        if dyn:
+            _check_scalar_int(dyn[0], "axis")
+        return TensorType(output_type, None if x.shape is None else (None,) * (len(x.shape) - 1))
+    a = _norm_axis(axis if axis is not None else 0, len(x.shape))
     return TensorType(output_type, x.shape[:a] + x.shape[a + 1 :])
 
 
@@ -1022,7 +1023,8 @@ def range(
         order = [dtypes.int32, dtypes.int64, dtypes.float16, dtypes.float32, dtypes.float64]
         dtype = builtins.max(cands, key=order.index)
     dt = dtypes.as_dtype(dtype)
-    statics, dyn = [], []
+    statics: list = []
+    dyn: list = []
     for a in args:
         v = constant_value(a) if _is_tensorlike(a) else a
         if v is None:
@@ -1090,7 +1092,7 @@ def clip_by_value(
 
 
 # --------------------------------------------------------- Python operators
-def _method(fn):
+def _as_method(fn):
     return lambda self, other: fn(self, other)
 
 
@@ -1115,15 +1117,14 @@ def _install_operators() -> None:
         "or": logical_or,
     }
     for name, fn in binary.items():
-        setattr(Tensor, f"__{name}__", _method(fn))
+        setattr(Tensor, f"__{name}__", _as_method(fn))
         setattr(Tensor, f"__r{name}__", _reflected(fn))
-    Tensor.__lt__ = lambda self, other: less(self, other)
-    Tensor.__le__ = lambda self, other: less_equal(self, other)
-    Tensor.__gt__ = lambda self, other: greater(self, other)
-    Tensor.__ge__ = lambda self, other: greater_equal(self, other)
-    Tensor.__neg__ = lambda self: negative(self)
-    Tensor.__abs__ = lambda self: abs(self)
-    Tensor.__invert__ = lambda self: logical_not(self)
+    unary_and_compare = {"lt": less, "le": less_equal, "gt": greater, "ge": greater_equal}
+    for name, fn in unary_and_compare.items():
+        setattr(Tensor, f"__{name}__", _as_method(fn))
+    unary = {"neg": negative, "abs": abs, "invert": logical_not}
+    for name, fn in unary.items():
+        setattr(Tensor, f"__{name}__", fn)  # fn(x, name=None) works as a method
 
 
 _install_operators()

@@ -107,7 +107,7 @@ def _xent(xp, logits, labels):
 register(OpDef("SoftmaxCrossEntropyWithLogits", infer=_xent_infer, kernel=_xent))
 
 
-def _softmax_jvp_t(g_backprop: Tensor, logits: Tensor) -> Tensor:
+def _softmax_jvp_t(g_backprop: Any, logits: Any) -> Any:
     """Transposed Jacobian of softmax(logits) along the last axis applied to g_backprop."""
     p = softmax(logits)
     return (g_backprop - reduce_sum(g_backprop * p, -1, keepdims=True)) * p

@@ -47,7 +47,7 @@ def _assign_sub_kernel(xp, handle, delta, *, dtype):
     return handle.value
 
 
-def _scatter_update_kernel(xp, handle, indices, updates, *, dtype, mode):
+def _scatter_update_kernel(xp, handle, indices, updates, *, dtype, mode, shape=None):
     old = _read_kernel(xp, handle, dtype=dtype)
     new = old.copy()
     if mode == "update":

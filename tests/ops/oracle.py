@@ -133,7 +133,27 @@ def run_op(fetches: Any, feed: dict | None = None, res: FakeResources | None = N
             check_value(t, v)
             values[t] = _frozen(v)
     out = [values[t] for t in fetch_list]
+    if _ALSO_SESSION and not any(OPS[op.type].resource for op in _topo(fetch_list, set())):
+        _compare_with_session(fetch_list, feed or {}, out)
     return out[0] if single else out
+
+
+# DCF_OPS_ORACLE=session also runs every fetch through dcf.Session and compares.
+_ALSO_SESSION = os.environ.get("DCF_OPS_ORACLE") == "session"
+
+
+def _compare_with_session(fetches: list, feed: dict, want: list) -> None:
+    from dcf.session import Session
+
+    pairs = [(t, w) for t, w in zip(fetches, want) if t not in feed]
+    if not pairs:
+        return
+    fetches, want = [t for t, _ in pairs], [w for _, w in pairs]
+    with Session(graph=fetches[0].graph) as sess:
+        got = sess.run(fetches, {t: _as_value(v, t) for t, v in feed.items()})
+    for t, a, b in zip(fetches, got, want):
+        assert np.shape(a) == np.shape(b) and np.asarray(a).dtype == np.asarray(b).dtype, t
+        np.testing.assert_array_equal(a, b, err_msg=f"Session and reference differ on {t}")
 
 
 # ------------------------------------------------------------------ gradients

@@ -650,7 +650,7 @@ def test_shape_entries_known_at_build_time_stay_static():
 
 def test_split_by_a_scalar_tensor_count_and_concat_of_python_values():
     x = _rand((4, 2), dt=np.float64)
-    parts, vals = _run(lambda t: A.split(t, M.cast(2, dtypes.int32)), x)
+    parts, _ = _run(lambda t: A.split(t, M.cast(2, dtypes.int32)), x)
     assert len(parts) == 2 and parts[0].shape == (2, 2)
     out, got = _run(lambda t: A.concat([t, [[1.0, 2.0]]], 0), x)
     assert out.dtype is dtypes.float64 and out.shape == (5, 2)

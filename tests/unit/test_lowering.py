@@ -68,8 +68,9 @@ def test_lowered_graph_matches_golden_dump(name):
         GOLDEN_DIR.mkdir(exist_ok=True)
         path.write_text(got)
     assert path.exists(), f"missing {path}; run with DCF_UPDATE_GOLDEN=1 to create it"
-    assert got == path.read_text(), \
+    assert got == path.read_text(), (
         f"lowering of {name} changed; if intended, rerun with DCF_UPDATE_GOLDEN=1 and review"
+    )
 
 
 @pytest.mark.parametrize("name", list(GRAPHS))
@@ -100,8 +101,11 @@ def test_each_loop_variable_gets_its_own_primitive_chain():
 def test_captured_tensor_enters_the_frame_once_as_a_loop_constant():
     c = dcf.constant(2.0, name="c")
     dcf.while_loop(lambda i, a: i < c, lambda i, a: (i + 1.0, a + c * c), (0.0, 0.0))
-    const_enters = [op for op in dcf.get_default_graph().get_operations()
-                    if op.type == "Enter" and op.attrs["is_constant"]]
+    const_enters = [
+        op
+        for op in dcf.get_default_graph().get_operations()
+        if op.type == "Enter" and op.attrs["is_constant"]
+    ]
     assert [op.inputs[0].name for op in const_enters] == ["c:0"]
 
 
@@ -123,8 +127,7 @@ def test_nested_frames_name_their_parent_frame():
         return dcf.while_loop(lambda j: j < 2, lambda j: j + 1, i, name="inner")
 
     dcf.while_loop(lambda i: i < 3, outer_body, 0, name="outer")
-    enters = {op.name: op for op in dcf.get_default_graph().get_operations()
-              if op.type == "Enter"}
+    enters = {op.name: op for op in dcf.get_default_graph().get_operations() if op.type == "Enter"}
     inner = [op for n, op in enters.items() if op.attrs["frame_name"] == "outer/inner"]
     assert inner and all(op.frame_name == "outer" for op in inner)
     outer = [op for op in enters.values() if op.attrs["frame_name"] == "outer"]
@@ -133,9 +136,12 @@ def test_nested_frames_name_their_parent_frame():
 
 def test_graph_to_dot_draws_each_frame_as_a_nested_cluster():
     _cond_in_while()
-    dcf.while_loop(lambda i: i < 2,
-                   lambda i: dcf.while_loop(lambda j: j < 2, lambda j: j + 1, i, name="in"), 0,
-                   name="out")
+    dcf.while_loop(
+        lambda i: i < 2,
+        lambda i: dcf.while_loop(lambda j: j < 2, lambda j: j + 1, i, name="in"),
+        0,
+        name="out",
+    )
     dot = dcf.graph_to_dot()
     assert dot.startswith("digraph")
     for frame in ("while", "out", "out/in"):

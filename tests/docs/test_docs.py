@@ -1,0 +1,66 @@
+"""Every ```python block of the guide in docs/ runs, each in a fresh default graph and a
+temporary working directory.
+
+A block whose first line is `# needs: NAME[, NAME...]` is skipped unless each need is
+met: a module name (pytest.importorskip), `gpu` (cupy and a CUDA GPU: the gpu extra), or
+`cluster` (`dcf.Cluster` exists).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import dcf
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+PAGES = ("control-flow.md", "gradients.md", "devices-and-clusters.md",
+         "gpus-and-swapping.md", "rl.md", "services.md")
+_FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.M | re.S)
+
+
+def blocks() -> list:
+    out = []
+    for page in sorted(DOCS.glob("*.md")):
+        text = page.read_text(encoding="utf-8")
+        for m in _FENCE.finditer(text):
+            line = text.count("\n", 0, m.start()) + 2          # first line of the code
+            out.append(pytest.param(page.name, line, m.group(1), id=f"{page.name}:{line}"))
+    return out
+
+
+def _check_needs(code: str) -> None:
+    first = code.lstrip().splitlines()[0] if code.strip() else ""
+    m = re.match(r"#\s*needs:\s*(.+)", first)
+    if not m:
+        return
+    for need in (n.strip() for n in m.group(1).split(",")):
+        if need == "gpu":
+            pytest.importorskip("cupy")
+            from dcf import gpu_devices
+
+            if gpu_devices.count() == 0:
+                pytest.skip("needs a CUDA GPU (the gpu extra)")
+        elif need == "cluster":
+            if not hasattr(dcf, "Cluster"):
+                pytest.skip("needs dcf.Cluster")
+        else:
+            pytest.importorskip(need)
+
+
+@pytest.mark.parametrize("page,line,code", blocks())
+def test_block_runs(page: str, line: int, code: str, tmp_path, monkeypatch) -> None:
+    _check_needs(code)
+    monkeypatch.chdir(tmp_path)
+    dcf.reset_default_graph()
+    exec(compile(code, f"docs/{page}:{line}", "exec"), {"__name__": f"docs_{page}"})
+
+
+def test_the_guide_has_its_pages_and_shows_the_tools() -> None:
+    for name in PAGES:
+        assert (DOCS / name).is_file(), name
+    runnable = "\n".join(p.values[2] for p in blocks())
+    assert "dcf.trace.plot(" in runnable and "dcf.graph_to_dot(" in runnable
+    assert all(any(p.values[0] == name for p in blocks()) for name in PAGES)

@@ -1,0 +1,132 @@
+"""examples/service.py: the real server in its own process on 127.0.0.1 (a free port),
+50 concurrent requests from a real HTTP client (aiohttp), every answer checked against
+numpy, and /health answering promptly while the solver requests are in flight."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+aiohttp = pytest.importorskip("aiohttp")
+
+SERVICE = Path(__file__).resolve().parents[2] / "examples" / "service.py"
+BINARY = {"Content-Type": "application/octet-stream"}
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server():
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-u", str(SERVICE), "--host", "127.0.0.1",
+                             "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        line = proc.stdout.readline()          # printed once the socket is listening
+        assert line.startswith(f"serving on http://127.0.0.1:{port}"), line
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+class Probe:
+    """GET /health every few ms from its own thread and event loop."""
+
+    def __init__(self, url: str) -> None:
+        self.url, self.busy, self.idle = url, [], []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=lambda: asyncio.run(self.poll()), daemon=True)
+
+    async def poll(self) -> None:
+        async with aiohttp.ClientSession() as client:
+            while not self.stop.is_set():
+                t0 = time.perf_counter()
+                async with client.get(f"{self.url}/health",
+                                      timeout=aiohttp.ClientTimeout(total=10)) as r:
+                    body = await r.json()
+                (self.busy if body["in_flight"] else self.idle).append(time.perf_counter() - t0)
+                await asyncio.sleep(0.003)
+
+
+def test_fifty_concurrent_requests_are_right_and_health_stays_responsive(server):
+    rng = np.random.default_rng(0)
+    xs = [rng.uniform(0, 10.0 ** rng.uniform(0, 9), 100_000 if k % 2 else 300)
+          for k in range(50)]
+    xs[0][:3] = [0.0, 1.0, 4.0]
+
+    async def main() -> list:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as client:
+            async def one(k: int, x: np.ndarray):
+                if k % 2:      # binary float64 in and out
+                    async with client.post(f"{server}/sqrt?tol=1e-12", data=x.tobytes(),
+                                           headers=BINARY) as r:
+                        assert r.status == 200
+                        return np.frombuffer(await r.read()), int(r.headers["X-Iterations"])
+                async with client.post(f"{server}/sqrt", json={"x": x.tolist()}) as r:
+                    assert r.status == 200
+                    body = await r.json()
+                    return np.asarray(body["sqrt"]), body["iterations"]
+            return await asyncio.gather(*(one(k, x) for k, x in enumerate(xs)))
+
+    probe = Probe(server)
+    probe.thread.start()
+    while not probe.idle and not probe.busy:
+        time.sleep(0.005)
+    try:
+        answers = asyncio.run(main())
+    finally:
+        probe.stop.set()
+        probe.thread.join(timeout=10)
+    for x, (y, k) in zip(xs, answers):
+        np.testing.assert_allclose(y, np.sqrt(x), rtol=1e-9, atol=1e-12)
+        assert 1 <= k < 2000
+    assert answers[0][0][:3].tolist() == [0.0, 1.0, 2.0]
+    # /health kept answering while solver requests were in flight, and quickly
+    assert len(probe.busy) >= 3, (probe.busy, probe.idle)
+    assert statistics.median(probe.busy) < 0.15 and max(probe.busy) < 1.0, probe.busy
+
+
+def test_query_form_and_bad_requests(server):
+    async def main() -> None:
+        async with aiohttp.ClientSession() as client:
+            async with client.get(f"{server}/sqrt", params=[("x", "2"), ("x", "1e300")]) as r:
+                body = await r.json()
+                assert r.status == 200
+                np.testing.assert_allclose(body["sqrt"], [2 ** 0.5, 1e150], rtol=1e-12)
+            for kwargs in ({"json": {"x": [-1.0]}}, {"json": {"x": []}},
+                           {"json": {"x": ["a"]}},
+                           {"data": "not json", "headers": {"Content-Type": "application/json"}},
+                           {"json": {"x": [1.0], "tol": 0}},
+                           {"data": b"1234567", "headers": BINARY}):
+                async with client.post(f"{server}/sqrt", **kwargs) as r:
+                    assert r.status == 400, kwargs
+                    assert "error" in json.loads(await r.text())
+            async with client.get(f"{server}/health") as r:
+                assert (await r.json())["status"] == "ok"
+    asyncio.run(main())
+
+
+def test_selftest_flag_prints_latency_figures():
+    out = subprocess.run([sys.executable, str(SERVICE), "--selftest", "--requests", "10",
+                          "--values", "1000"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "latency p50" in out.stdout and "requests/s" in out.stdout
