@@ -24,6 +24,7 @@ __all__ = ["Executor", "DEAD", "WouldBlock", "CONTROL_RULES"]
 
 KERNEL = int(Kind.KERNEL)
 MACRO = 99  # a compiled frame running as one resumable node (see frame_compiler.py)
+ROOT_MACRO = 100  # a compiled root frame: the whole partition
 
 
 class IterState:
@@ -124,6 +125,16 @@ class Executor:
     def start(self, feed_values: list) -> None:
         """Deliver fed values and enqueue the root frame's sources."""
         ist = self.root_ist
+        cr = self.plan.compiled_root
+        if cr is not None and self.compiled:
+            # the whole partition is one generated function: run it as one node
+            m = _Macro(self.plan.root)
+            m.kind = ROOT_MACRO
+            m.gen = cr.start(list(feed_values))
+            ist.outstanding += 1
+            self.ready.append((m, ist))
+            self.started = True
+            return
         for edges, v in zip(self.plan.feeds, feed_values):
             self._deliver_edges(edges, v, ist)
         for node in self.plan.sources:
@@ -413,6 +424,16 @@ def _macro(ex: Executor, m: _Macro, ist: IterState) -> bool:
     return False
 
 
+def _root_macro(ex: Executor, m: _Macro, ist: IterState) -> bool:
+    try:
+        next(m.gen)
+    except StopIteration as stop:
+        ex.results = list(stop.value)
+        return True
+    ex.ready.append((m, ist))
+    return False
+
+
 def _exit(ex: Executor, node: NodeInfo, ist: IterState) -> bool:
     v = _input(node, ist)
     if v is not DEAD:
@@ -483,6 +504,7 @@ CONTROL_RULES: dict[int, Callable[..., bool]] = {
     int(Kind.ASYNC): _async,
     int(Kind.TRIGGER): _trigger,
     MACRO: _macro,
+    ROOT_MACRO: _root_macro,
 }
 
 

@@ -61,6 +61,41 @@ def compile_frames(plan: ExecPlan) -> None:
                 f.compiled = None  # the tagged-token executor runs it
 
 
+    if ok and all(compilable(c) for c in plan.root.children) and \
+            all(c.compiled is not None for c in plan.root.children) and \
+            all(n.kind not in (Kind.SEND, Kind.RECV, Kind.ASYNC) for n in plan.root.nodes):
+        try:
+            plan.compiled_root = CompiledRoot(plan, info_of)
+        except _NotCompilable:
+            plan.compiled_root = None
+
+
+class _FeedRef:
+    """Stands in for the NodeInfo of a fed value in generated code."""
+
+    def __init__(self, k: int) -> None:
+        self.id = f"f{k}"
+        self.frame = None
+
+
+class CompiledRoot:
+    """The whole root frame of a partition (and its loops) as one generated function:
+    for partitions with no Send, Recv or waiting op, a run is one call."""
+
+    def __init__(self, plan: ExecPlan, info_of: dict) -> None:
+        self.frame = plan.root
+        self.plan = plan
+        self.info_of = dict(info_of)
+        self.feeds = [_FeedRef(k) for k in range(len(plan.feed_pnodes))]
+        for p, ref in zip(plan.feed_pnodes, self.feeds):
+            self.info_of[id(p)] = ref
+        self.enters: list = []
+        self.fn = _Codegen(self, False).build_root()
+
+    def start(self, feed_values: list) -> Any:
+        return self.fn(feed_values)
+
+
 def _enters_feed_merges(f: FrameInfo, plan: ExecPlan) -> bool:
     for n in plan.nodes:
         if n.kind == Kind.ENTER and n.child is f and not n.is_constant:
@@ -139,6 +174,27 @@ class _Codegen:
         gen_fn = ns["frame"]
         line_node = self.line_node
         return _with_errors(gen_fn, fname, line_node)
+
+    def build_root(self) -> Any:
+        root = self.cf.frame
+        self.emit(0, "def root(_feeds):")
+        self.emit(1, "_deadline = _pc() + _YIELD_S")
+        self.emit(1, "_n = 64")
+        self.emit(1, "if False: yield")
+        for ref in self.cf.feeds:
+            self.emit(1, f"v{ref.id}_0 = _feeds[{ref.id[1:]}]")
+        for item in self.order(root, []):
+            if isinstance(item, FrameInfo):
+                self.child_block(item, 1)
+            else:
+                self.node(item, 1, "_root_it")
+        outs = [self.val(n, k) for n, k in self.cf.plan.fetch_refs]
+        self.emit(1, "return [" + ", ".join(outs) + "]")
+        src = "\n".join(self.lines)
+        fname = f"<dcf root #{next(_counter)}>"
+        ns: dict[str, Any] = dict(self.env)
+        exec(compile(src, fname, "exec"), ns)
+        return _with_errors(ns["root"], fname, self.line_node)
 
     def frame_loop(self, f: FrameInfo, enters: list[NodeInfo], d: int,
                    enter_expr: dict[int, str], entry_dead: bool) -> list[NodeInfo]:
@@ -379,7 +435,9 @@ def _with_errors(gen_fn: Any, fname: str, line_node: dict) -> Any:
                 tb = tb.tb_next
             if node is None:
                 raise
-            raise op_error(node.op if node.op is not None else node, node.frame.name, it,
+            in_loop = node.frame.parent is not None
+            raise op_error(node.op if node.op is not None else node,
+                           node.frame.name if in_loop else None, it if in_loop else None,
                            e) from e
 
     return run

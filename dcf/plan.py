@@ -90,6 +90,9 @@ class ExecPlan:
     n_fetch: int
     recv_nodes: list
     xp: Any = np
+    feed_pnodes: list = field(default_factory=list)   # the _Feed PNode of each feed index
+    fetch_refs: list = field(default_factory=list)    # (NodeInfo, output) per fetch index
+    compiled_root: Any = None                         # CompiledRoot when straight-line
 
 
 def nodes_from_ops(ops: list[Operation]) -> dict[Operation, PNode]:
@@ -229,5 +232,6 @@ def build_plan(pnodes: list[PNode], feeds: list[tuple[PNode, int]],
         f.nodes = list(f.nodes)
     recvs = [i for i in infos if i.kind == Kind.RECV]
     return ExecPlan(infos, root, frames, sources, [tuple(e) for e in feed_edges], len(fetches),
-                    recvs, xp)
+                    recvs, xp, feed_pnodes=[p for p, _ in feeds],
+                    fetch_refs=[(by_p[p], idx) for p, idx in fetches])
 

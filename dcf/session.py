@@ -66,6 +66,7 @@ class SessionConfig:
     swap_threshold: float = 0.7
     heartbeat_timeout_s: float = 5.0
     compile_frames: bool = True
+    intra_op_threads: int | None = 1  # BLAS threads (process-wide; None leaves it alone)
 
 
 @dataclass
@@ -90,6 +91,10 @@ class AsyncSession:
         self.graph = graph or get_default_graph()
         self.cluster = cluster
         self.config = config or SessionConfig()
+        if self.config.intra_op_threads is not None:
+            from dcf import blas
+
+            blas.set_threads(self.config.intra_op_threads)
         self._actors: dict[str, DeviceActor] = {}
         self._plans: dict[tuple, _RunPlan] = {}
         self._rendezvous = LocalRendezvous()
