@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import numpy as np
+
 from dcf import dtypes, nest
 from dcf.graph import (
     ControlFlowContext, Operation, Tensor, TensorType, get_default_graph, shape_str,
@@ -146,6 +148,18 @@ class WhileContext(_ContextBase):
     def _route_in(self, t: Tensor) -> Tensor:
         return self.make_enter(t, is_constant=True)
 
+    def add_op(self, op: Operation) -> None:
+        super().add_op(op)
+        # An op whose inputs are all loop constants would otherwise run in the exit
+        # iteration too (and before the predicate): tie it to the iteration's pivot,
+        # as TF's _MaybeAddControlDependency does.
+        piv = self._pivot
+        if piv is None or op is piv or op.type == "Enter" or not op.inputs:
+            return
+        if all(t.op.type == "Enter" and t.op.attrs.get("is_constant") and t.op.ctx is self
+               for t in op.inputs) and not op.control_inputs:
+            op._add_control_input(piv)
+
     def capture_control(self, op: Operation) -> Operation:
         if op.ctx is not None and self in op.ctx.chain():
             return op
@@ -191,6 +205,11 @@ def cond(pred: Any, true_fn: Callable[[], Any], false_fn: Callable[[], Any],
     g = get_default_graph()
     with g.name_scope(name or "cond") as scope:
         cname = scope.rstrip("/")
+        if isinstance(pred, (bool, np.bool_)):
+            raise TypeError(
+                f"cond '{cname}': pred is a Python bool ({pred!r}), not a dcf bool tensor.\n  "
+                "`==` on tensors is identity; use dcf.equal(a, b), and dcf.logical_and/or "
+                "instead of `and`/`or`")
         pred = convert_to_tensor(pred)
         if pred.dtype is not dtypes.bool_ or pred.shape not in (None, ()):
             raise TypeError(f"cond '{cname}': pred must be a scalar bool tensor, got {pred.type}")

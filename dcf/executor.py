@@ -120,6 +120,7 @@ class Executor:
         self.root = Frame(plan.root, None)
         self.root_ist = self._new_iter(self.root, 0)
         self.started = False
+        self.yield_now = False
 
     # ----------------------------------------------------------------- start
     def start(self, feed_values: list) -> None:
@@ -178,6 +179,9 @@ class Executor:
                 if trace:
                     self._trace(node, ist, t0)
                 done_node(node, ist)
+            elif self.yield_now:
+                self.yield_now = False  # a compiled frame asked to let the event loop run
+                break
         self.fired_total += fired
         return fired
 
@@ -421,6 +425,7 @@ def _macro(ex: Executor, m: _Macro, ist: IterState) -> bool:
             ex._propagate(exit_node, (v,), ist, v is DEAD)
         return True
     ex.ready.append((m, ist))  # yielded to stay responsive: continue after the others
+    ex.yield_now = True
     return False
 
 
@@ -431,6 +436,7 @@ def _root_macro(ex: Executor, m: _Macro, ist: IterState) -> bool:
         ex.results = list(stop.value)
         return True
     ex.ready.append((m, ist))
+    ex.yield_now = True
     return False
 
 

@@ -236,7 +236,13 @@ class _Codegen:
             n = item
             if n.kind == Kind.NEXT_ITERATION:
                 src, k = self.inputs(n)[0]
-                self.emit(b, f"n{n.id} = {self.val(src, k)}")
+                ctl = [self.node_dead.get(c.id) for c in self.controls(n)]
+                ctl = [c for c in ctl if c]
+                if ctl:  # a dead control input (the exit iteration's pivot) stops it too
+                    self.emit(b, f"n{n.id} = DEAD if ({' or '.join(ctl)}) else "
+                                 f"{self.val(src, k)}")
+                else:
+                    self.emit(b, f"n{n.id} = {self.val(src, k)}")
                 merge = next(dst for edges in n.outs for dst, _, _ in edges)
                 nexts.append((n, merge))
             elif n.kind == Kind.EXIT:

@@ -127,10 +127,12 @@ class AsyncSession:
             return rp
         ops = _prune(fetch_targets, feed_tensors)
         device_of = place(ops, "/cpu:0", self._device_exists)
-        fetches = []
-        for f in fetch_targets:
-            if isinstance(f, Tensor):
+        fetches, fetch_pos = [], []   # computed tensor fetches and their target index
+        fed = set(feed_tensors)
+        for i, f in enumerate(fetch_targets):
+            if isinstance(f, Tensor) and f not in fed:
                 fetches.append((f.op, f.index))
+                fetch_pos.append(i)
         parts = partition(ops, device_of, fetches, feed_tensors)
         built = []
         for dev, prt in parts.items():
@@ -142,7 +144,8 @@ class AsyncSession:
                 from dcf.frame_compiler import compile_frames
 
                 compile_frames(plan)
-            built.append((dev, plan, [k for _, k in prt.feeds], [k for _, _, k in prt.fetches]))
+            built.append((dev, plan, [k for _, k in prt.feeds],
+                          [fetch_pos[k] for _, _, k in prt.fetches]))
         rp = _RunPlan(built, fetch_targets, structure, feed_tensors)
         self._plans[key] = rp
         return rp
@@ -184,6 +187,10 @@ class AsyncSession:
         finally:
             self._rendezvous.end_step(step)
         values: list[Any] = [None] * len(targets)
+        fed_value = dict(zip(feed_tensors, feed_values))
+        for i, t in enumerate(targets):
+            if isinstance(t, Tensor) and t in fed_value:
+                values[i] = fed_value[t]  # a fed tensor's value is what was fed
         for ex, (dev, plan, _, fetch_idx) in zip(exs, rp.parts):
             check_fetches(ex, [targets[k].name for k in fetch_idx])
             for local, k in enumerate(fetch_idx):

@@ -251,7 +251,7 @@ def _py_func_kernel(xp, *args, fn, tout, stateful, fn_name):
                 f"py_func {fn_name} output {k} ({type(v).__name__}) cannot be converted to "
                 f"{dt}: {e}") from e
         conv.append(arr[()] if arr.ndim == 0 else arr)
-    return tuple(conv)
+    return conv[0] if len(conv) == 1 else tuple(conv)
 
 
 def _py_func_infer(*inputs: TensorType, fn, tout, stateful, fn_name) -> list[TensorType]:

@@ -13,13 +13,6 @@ import pytest
 import dcf
 from dcf.errors import OutOfRangeError
 
-_MACRO_BLOCKS_LOOP = (
-    "executor.py: a compiled frame yields every ~2 ms (to stay responsive) but _macro "
-    "re-queues it and Executor.run keeps firing it for the rest of its 512-node budget, so "
-    "control only returns to the device actor (and the event loop) after ~1 s of loop"
-)
-
-
 def _triangle_loop():
     n = dcf.placeholder(dcf.int32, (), name="n")
     total = dcf.while_loop(lambda i, s: i < n, lambda i, s: (i + 1, s + i), (0, 0))[1]
@@ -49,9 +42,7 @@ async def test_several_runs_in_flight_give_right_answers(compiled):
 
 
 @pytest.mark.asyncio
-async def test_event_loop_stays_responsive_during_a_long_in_graph_loop(compiled, request):
-    if compiled.compile_frames:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=_MACRO_BLOCKS_LOOP))
+async def test_event_loop_stays_responsive_during_a_long_in_graph_loop(compiled):
     n = dcf.placeholder(dcf.int32, ())
     out = dcf.while_loop(lambda i, x: i < n, lambda i, x: (i + 1, x * 0.5 + 1.0), (0, 0.0))
     ticks: list = []
@@ -151,14 +142,6 @@ async def test_dequeue_on_closed_empty_queue_raises_out_of_range():
 
 
 @pytest.mark.asyncio
-@pytest.mark.xfail(
-    strict=True,
-    reason="control_flow.py: "
-    + (
-        "a dequeue in a loop body depends only on the queue handle, a loop constant, so it is "
-        "live in the exit iteration as well and takes one element more than the trip count"
-    ),
-)
 async def test_consumer_loop_dequeues_exactly_its_trip_count(compiled):
     q = dcf.FIFOQueue(8, [dcf.float32], shapes=[()], name="q")
     fill = q.enqueue_many([np.arange(5, dtype=np.float32)])

@@ -453,15 +453,6 @@ def test_stateful_ops_keep_iteration_order(pi, split, compiled, run_graph):
     assert log == list(range(16))
 
 
-_LOOP_CONSTANT_ONLY = (
-    "control_flow.py WhileContext has no counterpart of TF's _MaybeAddControlDependency: an "
-    "op in a loop body whose inputs are all loop-constant Enters gets no control edge from "
-    "the body pivot (graph.create_op adds it only for ops without inputs), so it is live in "
-    "the exit iteration too and runs trip_count + 1 times"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=_LOOP_CONSTANT_ONLY)
 @pytest.mark.parametrize("trips", [0, 3])
 def test_op_using_only_loop_constants_runs_once_per_iteration(trips, compiled, run_graph):
     calls: list = []
@@ -476,15 +467,6 @@ def test_op_using_only_loop_constants_runs_once_per_iteration(trips, compiled, r
     assert len(calls) == trips
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=_LOOP_CONSTANT_ONLY
-    + (
-        "; here the NextIteration of a loop var that the body sets to a captured tensor is live "
-        "in the exit iteration: the tagged executor starts an iteration that never ends (hang), "
-        "the frame compiler raises 'some loop variables ended while others continued'"
-    ),
-)
 def test_body_returning_a_captured_tensor_as_a_loop_var(compiled, run_graph):
     c = dcf.constant(5.0)
     out = dcf.while_loop(lambda i, x: i < 3, lambda i, x: (i + 1, c), (0, 0.0))

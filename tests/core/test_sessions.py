@@ -46,14 +46,6 @@ def test_fetching_an_op_gives_none():
         assert sess.run("noop") is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "session.py AsyncSession._plan numbers fetches by their position among Tensor "
-        "fetches only, then uses that number as the index into all fetch targets: a fetched "
-        "Operation before a tensor shifts every later value one slot"
-    ),
-)
 def test_op_fetched_before_tensors_keeps_every_value_in_its_slot():
     a = dcf.constant(1.0)
     b = dcf.constant(2.0)
@@ -70,13 +62,6 @@ def test_fetch_by_name_and_feed_by_tensor_or_name():
         np.testing.assert_array_equal(sess.run("y:0", {"x:0": np.array([2.0, 0.0])}), [6.0, 0.0])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "session.py _prune leaves out the producer of a fed tensor, so partition() finds no "
-        "device for a fetch of that same tensor and raises KeyError; TF returns the fed value"
-    ),
-)
 def test_fetching_a_fed_tensor_returns_the_fed_value():
     x = dcf.placeholder(dcf.float32, (), name="x")
     y = x * 2.0
@@ -104,13 +89,6 @@ def test_fetching_a_tensor_array_or_another_graphs_tensor_is_a_type_error():
             sess.run(foreign)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "dcf/ops/data_ops.py _py_func_kernel returns tuple(conv) even for a single output; "
-        "the executor wraps a 1-output kernel's result as (r,), so the value is a 1-tuple"
-    ),
-)
 def test_single_output_py_func_value_is_not_wrapped_in_a_tuple():
     y = dcf.py_func(lambda a: a * 3, [dcf.constant(2.0)], dcf.float32)
     with dcf.Session() as sess:
@@ -231,18 +209,7 @@ def _sleepy_loop(calls: list, started: list):
     return n, out
 
 
-def test_timeout_raises_deadline_exceeded_and_session_stays_usable(compiled, request):
-    if compiled.compile_frames:
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason=(
-                    "executor.py: a compiled frame yields (to stay responsive) but _macro re-queues "
-                    "it and Executor.run keeps firing it for the rest of its 512-node budget, so "
-                    "the event loop never runs and the deadline timer cannot fire"
-                ),
-            )
-        )
+def test_timeout_raises_deadline_exceeded_and_session_stays_usable(compiled):
     calls: list = []
     started = [time.perf_counter()]
     n, out = _sleepy_loop(calls, started)

@@ -77,14 +77,6 @@ def test_cond_pred_must_be_a_scalar_bool_tensor():
         dcf.cond(dcf.constant([True, False]), lambda: 1.0, lambda: 2.0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "control_flow.py cond converts a Python bool pred to a constant instead of refusing it "
-        "as TF 1 does ('pred must not be a Python bool'); `cond(i % 2 == 0, ...)` (== is "
-        "identity on tensors) then silently always takes the false branch"
-    ),
-)
 def test_cond_pred_that_is_a_python_bool_is_a_type_error():
     i = dcf.placeholder(dcf.int32, ())
     with pytest.raises(TypeError, match=r"Python bool"):
