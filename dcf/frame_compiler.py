@@ -61,7 +61,7 @@ def compile_frames(plan: ExecPlan) -> None:
                 f.compiled = None  # the tagged-token executor runs it
 
 
-    if ok and all(compilable(c) for c in plan.root.children) and \
+    if all(compilable(c) for c in plan.root.children) and \
             all(c.compiled is not None for c in plan.root.children) and \
             all(n.kind not in (Kind.SEND, Kind.RECV, Kind.ASYNC) for n in plan.root.nodes):
         try:

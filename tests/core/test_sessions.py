@@ -14,11 +14,8 @@ from dcf.errors import DeadlineExceededError, InvalidArgumentError
 
 
 def _py_scalar(fn, inputs, dtype, name=None):
-    """A py_func computing a scalar of `dtype`. Declared with a second, unused output:
-    a single-output py_func's value is currently wrapped in a 1-tuple (see
-    test_single_output_py_func_value_is_not_wrapped_in_a_tuple)."""
-    out, _ = dcf.py_func(lambda *a: (fn(*a), 0), list(inputs), [dtype, dcf.int32], name=name)
-    return dcf.reshape(out, [])
+    """A py_func computing a scalar of `dtype`, with a static scalar shape."""
+    return dcf.reshape(dcf.py_func(fn, list(inputs), dtype, name=name), [])
 
 
 # ------------------------------------------------------------------- fetches
