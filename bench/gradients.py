@@ -16,9 +16,10 @@ Systems: ``dcf`` (default ``SessionConfig()``: loop frames compiled to straight-
 Python), ``dcf-executor`` (``compile_frames=False``, the tagged-token executor), and where
 importable ``tf1`` (``tf.compat.v1`` graph mode, control flow v1), ``torch`` (eager; for
 the LSTM the ``nn.LSTMCell`` Python loop, and the fused ``nn.LSTM`` for reference) and
-``jax`` (``jit(grad)`` over ``lax.scan``). The systems are timed in interleaved rounds
-(every system once per round) so that outside load on a shared machine hits all alike;
-the median is over all rounds' samples.
+``jax`` (``jit(grad)`` over ``lax.scan``). Each system is timed in a fresh process of its
+own (frameworks' thread pools, TF's and OpenBLAS's spinning workers, would otherwise
+compete for the cores), in rounds with the systems' order rotated, so that outside load on
+a shared machine hits all alike; the median is over all rounds' samples.
 
 Checks before timing: dcf's chain gradient against a float64 numpy reference and the
 peers' ``grad_sum``; dcf's LSTM loss against JAX's (dcf's kernel is set to the values
@@ -37,13 +38,17 @@ Ratios are **time ratios dcf / peer** of the medians (< 1: dcf is faster).
 from __future__ import annotations
 
 import cProfile
+import functools
 import hashlib
 import io
+import json
 import os
 import platform
 import pstats
 import subprocess
+import sys
 import time
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -52,7 +57,13 @@ import numpy as np
 import dcf
 from bench import peers
 from bench.harness import (
-    Result, Stats, base_argparser, peer_available, peer_versions, report, time_call,
+    Result,
+    Stats,
+    base_argparser,
+    peer_available,
+    peer_versions,
+    report,
+    time_call,
 )
 from bench.peers import LSTM_LEARNING_RATE, grad_chain_data, lstm_data
 
@@ -159,7 +170,7 @@ def chain_reference(iters: int) -> np.ndarray:
 class StackMeter:
     """Counts bytes on the gradient stacks during one run (patches StackStore)."""
 
-    def __enter__(self) -> StackMeter:
+    def __enter__(self) -> StackMeter:  # noqa: PYI034
         from dcf.ops import data_ops
 
         self.cls = data_ops.StackStore
@@ -184,7 +195,7 @@ class StackMeter:
         self.cls.push, self.cls.pop = push, pop
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.cls.push, self.cls.pop = self.orig
 
 
@@ -339,8 +350,7 @@ def _close(a: float, b: float, rtol: float) -> bool:
 
 def run_bench(quick: bool) -> tuple[dict, list[Result], dict, dict]:
     chains = (3, 1000)
-    rounds = 2 if quick else 5
-    rep = {"chain3": (5, 20), "chain1000": (2 if quick else 3, 1), "lstm": (2 if quick else 3, 1)}
+    rounds = 1 if quick else 5
     config: dict[str, Any] = {"quick": quick, "rounds": rounds, "chain_size": 10,
                               "chain_iters": list(chains), "lstm": dict(LSTM_SHAPE),
                               "learning_rate": LSTM_LEARNING_RATE, **machine_config()}
@@ -373,46 +383,26 @@ def run_bench(quick: bool) -> tuple[dict, list[Result], dict, dict]:
                 raise RuntimeError(f"{system} LSTM loss {loss} / gradients differ from "
                                    f"torch's {rl} (grad rel err {errs})")
 
-    # ---- timed rounds
+    # ---- timed rounds: each (round, system) in a fresh process, systems rotated
+    systems = ["dcf", "dcf-executor"] + [p for p in ("tf1", "torch", "jax") if peers_on[p]]
     timed: dict[tuple[str, str], Timed] = {}
-
-    def measure(system: str, workload: str, fn: Callable[[], Any] | None = None,
-                peer: Callable[..., Stats] | None = None) -> None:
-        repeat, number = rep[workload]
-        try:
-            if peer is not None:
-                st = peer(repeat=repeat, warmup=1)
-            else:
-                assert fn is not None
-                st = time_call(fn, repeat=repeat, warmup=1, number=number)
-        except Exception as e:  # noqa: BLE001 - a failing peer is reported, not fatal
-            checks[f"{system}_{workload}_error"] = f"{type(e).__name__}: {e}"[:300]
-            return
-        timed.setdefault((system, workload), Timed()).add(st)
-
     for r in range(rounds):
-        for n in chains:
-            wl = f"chain{n}"
-            for system in DCF_SYSTEMS:
-                measure(system, wl, fn=lambda s=system, n=n: dchains[n].call(s))
-            if peers_on["tf1"]:
-                measure("tf1", wl, peer=lambda n=n, **kw: peers.tf1_grad_chain(n, **kw))
-            if peers_on["torch"]:
-                measure("torch", wl, peer=lambda n=n, **kw: peers.torch_grad_chain(n, **kw))
-            if peers_on["jax"]:
-                measure("jax", wl, peer=lambda n=n, **kw: peers.jax_grad_chain(n, **kw))
-        for system in DCF_SYSTEMS:
-            measure(system, "lstm", fn=lambda s=system: lstm.call(s))
-        if peers_on["tf1_rnn"]:
-            measure("tf1", "lstm", peer=lambda **kw: peers.tf1_lstm_step("dynamic", **LSTM_SHAPE,
-                                                                          **kw))
-        if peers_on["torch"]:
-            measure("torch", "lstm", peer=lambda **kw: peers.torch_lstm_step("cell_loop",
-                                                                              **LSTM_SHAPE, **kw))
-            measure("torch-fused", "lstm",
-                    peer=lambda **kw: peers.torch_lstm_step("fused", **LSTM_SHAPE, **kw))
-        if peers_on["jax"]:
-            measure("jax", "lstm", peer=lambda **kw: peers.jax_lstm_step(**LSTM_SHAPE, **kw))
+        k = r % len(systems)
+        for system in systems[k:] + systems[:k]:
+            out = run_child("bench.gradients", {"system": system, "quick": quick},
+                            timeout_s=900)
+            if "error" in out:
+                checks[f"{system}_round{r}_error"] = out["error"][-600:]
+                continue
+            for key, val in out.items():
+                sysname, wl = key.split("|")
+                if "error" in val:
+                    checks[f"{sysname}_{wl}_error"] = val["error"][-300:]
+                    continue
+                t = timed.setdefault((sysname, wl), Timed())
+                t.samples.extend(val["samples"])
+                for ek, ev in val["extra"].items():
+                    t.extra.setdefault(ek, ev)
 
     # ---- peers' reported values against dcf's
     for (system, wl), t in timed.items():
@@ -479,6 +469,85 @@ def run_bench(quick: bool) -> tuple[dict, list[Result], dict, dict]:
     return config, results, ratios, extra
 
 
+def child_measure(spec: dict) -> dict:
+    """Time every workload of one system in this (fresh) process."""
+    system, quick = spec["system"], spec["quick"]
+    rep = {"chain3": (5, 20), "chain1000": (2 if quick else 3, 1), "lstm": (2 if quick else 3, 1)}
+    out: dict[str, Any] = {}
+
+    def keep(name: str, wl: str, fn: Callable[[], Stats]) -> None:
+        try:
+            st = fn()
+            out[f"{name}|{wl}"] = {"samples": st.samples, "extra": st.extra}
+        except Exception as e:  # noqa: BLE001 - a failing peer is reported, not fatal
+            out[f"{name}|{wl}"] = {"error": f"{type(e).__name__}: {e}"}
+
+    def dcf_time(obj: Any, wl: str) -> Stats:
+        repeat, number = rep[wl]
+        return time_call(lambda: obj.call(system), repeat=repeat, warmup=1, number=number)
+
+    for n in (3, 1000):
+        wl = f"chain{n}"
+        reps = rep[wl][0] * rep[wl][1]
+        if system in DCF_SYSTEMS:
+            ch = DcfChain(n)
+            keep(system, wl, functools.partial(dcf_time, ch, wl))
+            ch.close()
+        elif system in ("tf1", "torch", "jax"):
+            fn = getattr(peers, f"{system}_grad_chain")
+            keep(system, wl, functools.partial(fn, n, repeat=reps, warmup=2))
+    repeat = rep["lstm"][0]
+    if system in DCF_SYSTEMS:
+        lstm = DcfLstm(**LSTM_SHAPE)
+        keep(system, "lstm", lambda: dcf_time(lstm, "lstm"))
+        lstm.close()
+    elif system == "tf1" and peer_available("tf1_rnn"):
+        keep(system, "lstm", lambda: peers.tf1_lstm_step("dynamic", **LSTM_SHAPE, repeat=repeat,
+                                                         warmup=1))
+    elif system == "torch":
+        keep(system, "lstm", lambda: peers.torch_lstm_step("cell_loop", **LSTM_SHAPE,
+                                                           repeat=repeat, warmup=1))
+        keep("torch-fused", "lstm", lambda: peers.torch_lstm_step("fused", **LSTM_SHAPE,
+                                                                  repeat=repeat, warmup=1))
+    elif system == "jax":
+        keep(system, "lstm", lambda: peers.jax_lstm_step(**LSTM_SHAPE, repeat=repeat, warmup=1))
+    return out
+
+
+_MARK = "BENCH_CHILD_RESULT "
+
+
+def run_child(module: str, spec: dict, timeout_s: float) -> dict:
+    """``python -m MODULE --child SPEC`` in a fresh process; its JSON result.
+
+    Each system is timed in its own process so that frameworks' thread pools (TF's,
+    OpenBLAS's spinning workers) never compete with each other for the cores."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    try:
+        proc = subprocess.run([sys.executable, "-m", module, "--child", json.dumps(spec)],
+                              cwd=root, env=env, capture_output=True, text=True,
+                              timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        return {"error": f"no result within {timeout_s} s"}
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith(_MARK):
+            return json.loads(line[len(_MARK):])
+    return {"error": f"exit {proc.returncode}: {(proc.stdout + proc.stderr)[-1500:]}"}
+
+
+def child_main(fn: Callable[[dict], dict]) -> None:
+    """Entry point of a ``--child`` process: run fn(spec), print the marker line."""
+    try:
+        out = fn(json.loads(sys.argv[2]))
+    except BaseException:  # noqa: BLE001 - report everything to the parent
+        out = {"error": traceback.format_exc()[-3000:]}
+    sys.stdout.write(_MARK + json.dumps(out, default=float) + "\n")
+    sys.stdout.flush()
+    os._exit(0)
+
+
 def profile_lstm(path: str | None, steps: int = 10) -> str:
     """cProfile of dcf's LSTM training step (default config); returns the report text."""
     lstm = DcfLstm(**LSTM_SHAPE)
@@ -507,6 +576,8 @@ def profile_lstm(path: str | None, steps: int = 10) -> str:
 
 
 def main() -> None:
+    if len(sys.argv) == 3 and sys.argv[1] == "--child":
+        child_main(child_measure)
     ap = base_argparser(__doc__.split("\n\n")[0])
     ap.add_argument("--profile", metavar="FILE", nargs="?", const="-", default=None,
                     help="instead of the benchmark, cProfile dcf's LSTM step (to FILE or stdout)")

@@ -8,8 +8,9 @@ placeholder (``bench.peers.lstm_data``), ``loss = reduce_mean(square(outputs))``
 ``bench.peers.tf1_lstm_step``.
 
 1. **Time**: sequence 200 (quick 50), batch 64, 128, 256, 512 (quick 64, 128). dcf
-   dynamic and static in this process (default ``SessionConfig()``), timed in interleaved
-   rounds, and TF1 (``tf1_lstm_step`` static/dynamic) where installed. Reported: ms per
+   dynamic and static (default ``SessionConfig()``) and TF1 (``tf1_lstm_step``
+   static/dynamic) where installed, each system in a fresh process of its own per round
+   (3 rounds, order alternating; quick 1), dynamic and static alternating inside it. Reported: ms per
    step, the time ratio dynamic/static of each system, graph op counts, graph build time
    (forward + gradients + update) and first-run time.
 2. **Memory**: one fresh subprocess per (system, kind, sequence length), batch 64 (quick
@@ -24,13 +25,10 @@ placeholder (``bench.peers.lstm_data``), ``loss = reduce_mean(square(outputs))``
 
 from __future__ import annotations
 
-import json
 import os
 import resource
-import subprocess
 import sys
 import time
-import traceback
 from typing import Any
 
 import numpy as np
@@ -38,11 +36,19 @@ import numpy as np
 from bench.harness import Result, Stats, base_argparser, peer_available, peer_versions, report
 
 UNITS, INPUT = 128, 64
-_MARK = "STATIC_VS_DYNAMIC_CHILD "
 
 
 def _rss_kib() -> int:
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)   # KiB on Linux
+    """Peak resident memory of this process image, KiB: VmHWM (ru_maxrss would include
+    the parent's peak, which Linux carries across exec)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 
 
 def _current_rss_kib() -> int:
@@ -54,77 +60,100 @@ def _current_rss_kib() -> int:
 
 
 # ------------------------------------------------------------------------ time part
-def time_part(quick: bool) -> tuple[list[Result], dict, dict]:
+def _time_config(quick: bool) -> tuple[int, tuple[int, ...], int]:
+    return (50, (64, 128), 1) if quick else (200, (64, 128, 256, 512), 3)
+
+
+def time_child(spec: dict) -> dict:
+    """One system's (dcf or tf1) dynamic and static steps at every batch size, in this
+    fresh process; dynamic and static alternate."""
     from bench import peers
     from bench.gradients import DcfLstm
     from bench.harness import time_call
 
-    seq = 50 if quick else 200
-    batches = (64, 128) if quick else (64, 128, 256, 512)
-    rounds = 2 if quick else 3
-    tf1 = peer_available("tf1_rnn")
+    seq, batches, _ = _time_config(spec["quick"])
+    system = spec["system"]
+    out: dict[str, Any] = {}
+    for b in batches:
+        repeat = 2 if b >= 256 or spec["quick"] else 3
+        if system == "dcf":
+            graphs = {}
+            for kind in ("dynamic", "static"):
+                g = DcfLstm(seq, b, INPUT, UNITS, kind=kind)
+                g.session("dcf")          # init + the first run (timed inside)
+                graphs[kind] = g
+            samples: dict[str, list] = {"dynamic": [], "static": []}
+            for _ in range(2):
+                for kind, g in graphs.items():
+                    st = time_call(lambda g=g: g.call("dcf"), repeat=repeat, warmup=1)
+                    samples[kind].extend(st.samples)
+            for kind, g in graphs.items():
+                out[f"{kind}|{b}"] = {"samples": samples[kind], "num_ops": g.num_ops,
+                                      "build_s": g.build_s,
+                                      "first_run_s": g.first_run_s["dcf"],
+                                      "build_and_first_run_s": g.build_s + g.first_run_s["dcf"]}
+                g.close()
+        else:
+            for kind in ("dynamic", "static"):
+                st = peers.tf1_lstm_step(kind, seq=seq, batch=b, input=INPUT, units=UNITS,
+                                         repeat=2 * repeat, warmup=1)
+                out[f"{kind}|{b}"] = {"samples": st.samples,
+                                      **{k: st.extra[k] for k in ("num_ops", "build_s",
+                                                                  "first_run_s",
+                                                                  "build_and_first_run_s")}}
+    return out
+
+
+def time_part(quick: bool) -> tuple[list[Result], dict, dict]:
+    from bench.gradients import run_child
+
+    seq, batches, rounds = _time_config(quick)
+    systems = ["dcf"] + (["tf1"] if peer_available("tf1_rnn") else [])
     results: list[Result] = []
     ratios: dict[str, Any] = {}
     facts: dict[str, Any] = {"seq": seq, "batches": list(batches), "rounds": rounds}
+    pooled: dict[tuple[str, str, int], list[float]] = {}
+    for r in range(rounds):
+        for system in (systems if r % 2 == 0 else systems[::-1]):
+            out = run_child("bench.static_vs_dynamic", {"part": "time", "system": system,
+                                                        "quick": quick}, timeout_s=1800)
+            if "error" in out:
+                facts[f"{system}_round{r}_error"] = out["error"][-800:]
+                continue
+            for key, val in out.items():
+                kind, b = key.split("|")
+                pooled.setdefault((system, kind, int(b)), []).extend(val.pop("samples"))
+                facts.setdefault(f"{system}_{kind}_b{b}", val)   # first round's build facts
     for b in batches:
-        repeat = 2 if b >= 256 or quick else 3
-        graphs = {}
-        for kind in ("dynamic", "static"):
-            g = DcfLstm(seq, b, INPUT, UNITS, kind=kind)
-            g.session("dcf")          # init + first run (timed inside)
-            graphs[kind] = g
-            facts[f"dcf_{kind}_b{b}"] = {"num_ops": g.num_ops, "build_s": g.build_s,
-                                         "first_run_s": g.first_run_s["dcf"]}
-        samples: dict[str, list[float]] = {}
-        tf_extra: dict[str, dict] = {}
-        for _ in range(rounds):
-            for kind, g in graphs.items():
-                st = time_call(lambda g=g: g.call("dcf"), repeat=repeat, warmup=1)
-                samples.setdefault(f"dcf-{kind}", []).extend(st.samples)
-            if tf1:
-                for kind in ("dynamic", "static"):
-                    try:
-                        st = peers.tf1_lstm_step(kind, seq=seq, batch=b, input=INPUT,
-                                                 units=UNITS, repeat=repeat, warmup=1)
-                    except Exception as e:  # noqa: BLE001
-                        facts[f"tf1_{kind}_b{b}_error"] = f"{type(e).__name__}: {e}"[:300]
-                        continue
-                    samples.setdefault(f"tf1-{kind}", []).extend(st.samples)
-                    tf_extra.setdefault(kind, st.extra)
-        for kind, ex in tf_extra.items():
-            facts[f"tf1_{kind}_b{b}"] = {k: ex[k] for k in ("num_ops", "build_s", "first_run_s",
-                                                            "build_and_first_run_s")}
-        for g in graphs.values():
-            g.close()
         med = {}
-        for system, xs in samples.items():
-            st = Stats.from_samples(xs)
-            med[system] = st.median
-            results.append(Result.from_stats(system, f"train step seq {seq} batch {b}", st))
-        for sysname in ("dcf", "tf1"):
-            if f"{sysname}-dynamic" in med and f"{sysname}-static" in med:
-                ratios[f"{sysname}:dynamic/static b{b}"] = \
-                    med[f"{sysname}-dynamic"] / med[f"{sysname}-static"]
-        if "tf1-dynamic" in med:
-            ratios[f"dynamic:dcf/tf1 b{b}"] = med["dcf-dynamic"] / med["tf1-dynamic"]
-        if "tf1-static" in med:
-            ratios[f"static:dcf/tf1 b{b}"] = med["dcf-static"] / med["tf1-static"]
+        for system in systems:
+            for kind in ("dynamic", "static"):
+                xs = pooled.get((system, kind, b))
+                if not xs:
+                    continue
+                st = Stats.from_samples(xs)
+                med[(system, kind)] = st.median
+                results.append(Result.from_stats(f"{system}-{kind}",
+                                                 f"train step seq {seq} batch {b}", st))
+        for system in systems:
+            if (system, "dynamic") in med and (system, "static") in med:
+                ratios[f"{system}:dynamic/static b{b}"] = \
+                    med[(system, "dynamic")] / med[(system, "static")]
+            d, s = facts.get(f"{system}_dynamic_b{b}"), facts.get(f"{system}_static_b{b}")
+            if d and s:
+                ratios[f"{system}:build+first run static/dynamic b{b}"] = \
+                    s["build_and_first_run_s"] / d["build_and_first_run_s"]
         for kind in ("dynamic", "static"):
-            f = facts[f"dcf_{kind}_b{b}"]
-            f["build_and_first_run_s"] = f["build_s"] + f["first_run_s"]
-        d, s = facts[f"dcf_dynamic_b{b}"], facts[f"dcf_static_b{b}"]
-        ratios[f"dcf:build+first run static/dynamic b{b}"] = \
-            s["build_and_first_run_s"] / d["build_and_first_run_s"]
-        if f"tf1_static_b{b}" in facts and f"tf1_dynamic_b{b}" in facts:
-            ratios[f"tf1:build+first run static/dynamic b{b}"] = \
-                facts[f"tf1_static_b{b}"]["build_and_first_run_s"] / \
-                facts[f"tf1_dynamic_b{b}"]["build_and_first_run_s"]
+            if ("dcf", kind) in med and ("tf1", kind) in med:
+                ratios[f"{kind}:dcf/tf1 b{b}"] = med[("dcf", kind)] / med[("tf1", kind)]
     return results, ratios, facts
 
 
 # ---------------------------------------------------------------------- memory part
 def _child(spec: dict) -> dict:
     """One config in a fresh process: build, init, two training steps; peak RSS."""
+    if spec.get("part") == "time":
+        return time_child(spec)
     system, kind, seq, batch = spec["system"], spec["kind"], spec["seq"], spec["batch"]
     base0 = _current_rss_kib()
     if system == "tf1":
@@ -155,23 +184,9 @@ def _child(spec: dict) -> dict:
     return out
 
 
-def run_child(spec: dict, timeout_s: float) -> dict:
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-    try:
-        proc = subprocess.run([sys.executable, "-m", "bench.static_vs_dynamic", "--child",
-                               json.dumps(spec)], cwd=root, env=env, capture_output=True,
-                              text=True, timeout=timeout_s, check=False)
-    except subprocess.TimeoutExpired:
-        return {"error": f"no result within {timeout_s} s"}
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith(_MARK):
-            return json.loads(line[len(_MARK):])
-    return {"error": f"exit {proc.returncode}: {(proc.stdout + proc.stderr)[-600:]}"}
-
-
 def memory_part(quick: bool, limit_mib: float) -> tuple[list[Result], dict, dict]:
+    from bench.gradients import run_child
+
     batch = 32 if quick else 64
     seqs = (50, 100, 200, 400, 800) if quick else \
         (100, 200, 300, 400, 600, 800, 1200, 1600, 2400, 3200)
@@ -186,7 +201,7 @@ def memory_part(quick: bool, limit_mib: float) -> tuple[list[Result], dict, dict
         rows[key] = []
         longest[key] = None
         for seq in seqs:
-            r = run_child({"system": system, "kind": kind, "seq": seq, "batch": batch},
+            r = run_child("bench.static_vs_dynamic", {"system": system, "kind": kind, "seq": seq, "batch": batch},
                           timeout_s=120 if quick else 600)
             r["seq"] = seq
             rows[key].append(r)
@@ -220,12 +235,9 @@ def memory_part(quick: bool, limit_mib: float) -> tuple[list[Result], dict, dict
 
 def main() -> None:
     if len(sys.argv) == 3 and sys.argv[1] == "--child":
-        try:
-            out = _child(json.loads(sys.argv[2]))
-        except BaseException:  # noqa: BLE001
-            out = {"error": traceback.format_exc()[-1500:]}
-        print(_MARK + json.dumps(out), flush=True)
-        os._exit(0)
+        from bench.gradients import child_main
+
+        child_main(_child)
     ap = base_argparser(__doc__.split("\n\n")[0])
     ap.add_argument("--mem-limit-mib", type=float, default=None,
                     help="memory limit for the longest-sequence search (default 1024; quick 512)")

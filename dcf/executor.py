@@ -167,10 +167,29 @@ class Executor:
                     propagate(node, node.dead_outs, ist, True)
                 else:
                     b = node.in_base
+                    slots = ist.slots
                     try:
-                        r = node.fn(*ist.slots[b:b + node.n_in])
+                        r = node.fn(*slots[b:b + node.n_in])
                     except Exception as e:
                         raise self._error(node, ist, e) from e
+                    if node.simple and not trace:
+                        # fastest path: one output, plain consumers, nothing else to do
+                        pending = ist.pending
+                        for dst, slot, _ in node.outs[0]:
+                            slots[slot] = r
+                            loc = dst.local
+                            p = pending[loc] - 1
+                            pending[loc] = p
+                            if p == 0:
+                                if dst.ordered:
+                                    self._ready(dst, ist)
+                                else:
+                                    ist.outstanding += 1
+                                    ready.append((dst, ist))
+                        ist.outstanding -= 1
+                        if ist.outstanding == 0:
+                            self._maybe_retire(ist.frame)
+                        continue
                     propagate(node, (r,) if node.n_out == 1 else r, ist, False)
                 if trace:
                     self._trace(node, ist, t0)

@@ -74,6 +74,7 @@ class NodeInfo:
     op: Any = None
     pnode: Any = None
     dead_outs: tuple = ()
+    simple: bool = False       # one output, no Merge consumers, no control outs, no fetch
 
     @property
     def device(self) -> str:
@@ -220,6 +221,9 @@ def build_plan(pnodes: list[PNode], feeds: list[tuple[PNode, int]],
         fetch_map.setdefault(by_p[p], []).append((idx, k))
     for i, lst in fetch_map.items():
         i.fetch = tuple(lst)
+    for i in infos:
+        i.simple = (i.kind == Kind.KERNEL and i.n_out == 1 and not i.ctrl_outs and not i.fetch
+                    and not i.ordered and not any(m for _, _, m in i.outs[0]))
     root = frames[""]
     # A node is a source when nothing is pending for it, except fed inputs which the run
     # delivers itself.

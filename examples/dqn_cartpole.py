@@ -126,9 +126,12 @@ class QNetwork:
 
     def __call__(self, flat: Any, x: Any) -> dcf.Tensor:
         """Q(x) [B, n_act] for a batch x [B, n_obs], with weights `flat` (a read of `var`)."""
-        sizes = [int(np.prod(sh)) for sh in self.shapes]
-        ws = [dcf.reshape(t, sh) if len(sh) == 2 else t
-              for t, sh in zip(dcf.split(flat, sizes), self.shapes)]
+        ws, at = [], 0
+        for sh in self.shapes:
+            size = int(np.prod(sh))
+            ws.append(dcf.reshape(flat[at:at + size], sh) if len(sh) == 2 else
+                      flat[at:at + size])
+            at += size
         h = x
         for k in range(0, len(ws), 2):
             h = dcf.matmul(h, ws[k]) + ws[k + 1]
@@ -183,9 +186,9 @@ class _Buffer:
         u = dcf.random_uniform((batch,), seed=seed)
         idx = dcf.minimum(dcf.cast(u * dcf.cast(size, dcf.float32), dcf.int32), size - 1)
         n = self.n_obs
-        s, a, r, d, s2 = dcf.split(dcf.gather(table, idx), [n, 1, 1, 1, n], axis=1)
-        return (s, dcf.cast(dcf.reshape(a, (-1,)), dcf.int32), dcf.reshape(r, (-1,)), s2,
-                dcf.reshape(d, (-1,)))
+        rows = dcf.gather(table, idx)
+        return (rows[:, :n], dcf.cast(rows[:, n], dcf.int32), rows[:, n + 1], rows[:, n + 3:],
+                rows[:, n + 2])
 
 
 # ----------------------------------------------------------------------------- in-graph

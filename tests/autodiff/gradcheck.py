@@ -20,7 +20,7 @@ import numpy as np
 
 import dcf
 
-__all__ = ["check_grads", "run", "OPTS"]
+__all__ = ["OPTS", "check_grads", "run"]
 
 #: Every run in these tests is bounded: a hang fails with DeadlineExceededError.
 OPTS = dcf.RunOptions(timeout_s=60.0)

@@ -1,0 +1,781 @@
+"""GPU devices: the cupy side of dcf (paper sections 4.3 and 5.3).
+
+One `GpuDevice` per visible GPU holds three cupy streams -- compute, host-to-device
+(h2d) and device-to-host (d2h) -- a pooled pinned staging area, the memory budget and
+the swapper of saved loop values. One `GpuActor` per "/gpu:K" device of a session runs
+that device's partition with the same kernel bodies as the CPU (xp = cupy).
+
+Where values live on a GPU actor:
+- float arrays live on the device; host integer/bool values and 0-d scalars stay on
+  the host (as TF keeps int32 "host memory" tensors), so a loop counter and its
+  predicate never make the host wait for the GPU;
+- a kernel runs with cupy when any input is a device array, else with numpy on the
+  host, and float array results of a host run go to the device (an op that is pure
+  runs with cupy from then on);
+- a kernel is "done" for the executor when it is enqueued on the compute stream.
+
+Transfers: a host value arriving on a GPU (feed, Recv, constant) is staged in pinned
+memory and copied on the h2d stream, and the compute stream waits on that copy's
+event; a device value leaving for a CPU device or a fetch is copied on the d2h stream
+into pinned memory, and the receiver gets it when the copy's event has completed (the
+actor polls events from the event loop; nothing blocks it). A device value going to
+another GPU of this process travels as (array, event) and is copied peer-to-peer on
+the receiver's h2d stream. Values the host must look at inside a GPU partition (a
+predicate computed from device data) are read with a blocking copy: that is the one
+place this version blocks the event loop.
+
+Memory: `SessionConfig(gpu_memory_limit=...)` sets the cupy pool's limit; a failed
+allocation first waits for swap-outs in flight to free their device buffers, then
+raises ResourceExhaustedError naming the op. Stacks of `swap_memory=True` loops swap
+values (>= 64 KiB, each buffer once) to pinned host memory on the d2h stream once pool
+use passes `swap_threshold` of the limit; pops prefetch the next entries on the h2d
+stream (stack order is known), and a value still on the device is popped as is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import functools
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from dcf import gpu_devices
+from dcf.actors.device_actor import DeviceActor
+from dcf.device import DeviceSpec
+from dcf.errors import OutOfRangeError, ResourceExhaustedError
+from dcf.ops.data_ops import StackStore
+from dcf.ops.registry import OPS, Kind
+from dcf.resources import DeviceResources
+from dcf.token import DEAD
+
+__all__ = ["GpuDevice", "GpuActor", "GpuResources", "GpuStackStore", "make_gpu_actor"]
+
+SWAP_MIN_BYTES = 64 << 10     # smaller values stay on the device
+PREFETCH_ITEMS = 8            # swapped entries brought back ahead of each pop, per stack
+D2H_IN_FLIGHT = 16            # swap-out copies queued on the d2h stream at once
+
+_H2D, _D2H = 1, 2             # cudaMemcpyKind
+_ACTIVE: list = [None]        # the GpuDevice whose device and stream are current
+
+
+# ------------------------------------------------------------------ the device
+class GpuDevice:
+    """Streams, memory and the transfer machinery of one GPU (one per process)."""
+
+    _instances: dict[int, GpuDevice] = {}
+
+    @classmethod
+    def get(cls, index: int) -> GpuDevice:
+        d = cls._instances.get(index)
+        if d is None:
+            d = cls._instances[index] = cls(index)
+        return d
+
+    def __init__(self, index: int) -> None:
+        cp = gpu_devices.backend()
+        self.cp = cp
+        self.ndarray = cp.ndarray
+        self.index = index
+        self.name = f"/gpu:{index}"
+        self._device = cp.cuda.Device(index)
+        rt = cp.cuda.runtime
+        self._memcpy = rt.memcpyAsync
+        self._memcpy_peer = rt.memcpyPeerAsync
+        with self._device:
+            self.compute = cp.cuda.Stream(non_blocking=True)
+            self.h2d = cp.cuda.Stream(non_blocking=True)
+            self.d2h = cp.cuda.Stream(non_blocking=True)
+            self.total_memory = int(self._device.mem_info[1])
+        self.pool = cp.get_default_memory_pool()
+        self.oom_error = cp.cuda.memory.OutOfMemoryError
+        self.limit: int | None = None
+        self.swap_threshold = 0.7
+        self.tracing = False
+        self.trace_events: list = []
+        self._trace_ref: tuple | None = None
+        self._watch: list = []            # [(event, callback)] run when the event is done
+        self._deferred: collections.deque = collections.deque()  # (event, keep-alive)
+        self._poller: asyncio.Task | None = None
+        self.swapper = _Swapper(self)
+        self.stats = collections.Counter()
+
+    # ------------------------------------------------------------ context
+    def activate(self) -> None:
+        """Make this device and its compute stream current (for this thread)."""
+        self._device.use()
+        self.compute.use()
+        _ACTIVE[0] = self
+
+    def configure(self, limit: int | None, threshold: float) -> None:
+        self.limit = int(limit) if limit else None
+        self.swap_threshold = float(threshold)
+        with self._device:
+            self.pool.set_limit(size=self.limit or 0)
+
+    @property
+    def capacity(self) -> int:
+        return self.limit or self.total_memory
+
+    def used_bytes(self) -> int:
+        if _ACTIVE[0] is not self:
+            self.activate()
+        return int(self.pool.used_bytes())
+
+    # ------------------------------------------------------------- events
+    def record(self, stream: Any) -> Any:
+        ev = self.cp.cuda.Event(disable_timing=not self.tracing)
+        ev.record(stream)
+        return ev
+
+    def defer(self, event: Any, keep: Any) -> None:
+        """Keep `keep` alive until `event` is done (a buffer a copy still uses)."""
+        self._deferred.append((event, keep))
+
+    def collect(self) -> None:
+        """Release what finished copies no longer need; run their callbacks."""
+        d = self._deferred
+        while d and d[0][0].query():
+            d.popleft()
+        if self._watch:
+            still = []
+            for ev, cb in self._watch:
+                if ev.query():
+                    cb()
+                else:
+                    still.append((ev, cb))
+            self._watch = still
+
+    def when_done(self, event: Any, callback: Callable[[], None]) -> None:
+        """Call `callback()` from the event loop once `event` has completed."""
+        self._watch.append((event, callback))
+        p = self._poller
+        if p is None or p.done():
+            self._poller = asyncio.get_running_loop().create_task(self._poll())
+
+    async def _poll(self) -> None:
+        # event polling from the loop: a launch_host_func callback would need a driver
+        # thread to take the GIL; polling costs one query per pending copy per tick
+        while self._watch:
+            self.collect()
+            if self._watch:
+                await asyncio.sleep(0)
+
+    async def wait(self, event: Any) -> None:
+        if event.query():
+            return
+        fut = asyncio.get_running_loop().create_future()
+        self.when_done(event, lambda: fut.done() or fut.set_result(None))
+        await fut
+
+    # ---------------------------------------------------------- transfers
+    def pinned_empty(self, shape: tuple, dtype: Any) -> np.ndarray:
+        dtype = np.dtype(dtype)
+        n = int(np.prod(shape, dtype=np.int64))
+        mem = self.cp.cuda.alloc_pinned_memory(max(n * dtype.itemsize, 1))
+        return np.frombuffer(mem, dtype, n).reshape(shape)
+
+    def _copy_stream_after_compute(self, stream: Any) -> None:
+        # a buffer just taken from the pool may still be read by earlier compute work
+        # (the pool reuses blocks in compute-stream order): copies into it wait for that
+        stream.wait_event(self.record(self.compute))
+
+    def to_device(self, host: Any, what: str = "value") -> Any:
+        """Asynchronous host-to-device copy of a numpy array (pinned staging, h2d)."""
+        if _ACTIVE[0] is not self:
+            self.activate()
+        host = np.asarray(host)
+        cp = self.cp
+        try:
+            dst = cp.empty(host.shape, host.dtype)
+        except MemoryError as e:
+            if not self.swapper.make_room():
+                raise ResourceExhaustedError(self._oom_text(what, e)) from None
+            dst = cp.empty(host.shape, host.dtype)
+        n = host.nbytes
+        if n == 0:
+            return dst
+        stage = self.pinned_empty(host.shape, host.dtype)
+        np.copyto(stage, host)
+        s = self.h2d
+        self._copy_stream_after_compute(s)
+        t0 = self.record(s) if self.tracing else None
+        self._memcpy(dst.data.ptr, stage.ctypes.data, n, _H2D, s.ptr)
+        ev = self.record(s)
+        self.compute.wait_event(ev)
+        self.defer(ev, stage)
+        self.stats["h2d_bytes"] += n
+        if t0 is not None:
+            self.trace_events.append((f"H2D {what}", "MemcpyHtoD", t0, ev, "h2d"))
+        return dst
+
+    def to_host_async(self, arr: Any, what: str = "value") -> tuple[np.ndarray, Any]:
+        """Start a device-to-host copy into pinned memory; returns (host array, event)."""
+        if _ACTIVE[0] is not self:
+            self.activate()
+        arr = self.cp.ascontiguousarray(arr)
+        host = self.pinned_empty(arr.shape, arr.dtype)
+        s = self.d2h
+        s.wait_event(self.record(self.compute))
+        t0 = self.record(s) if self.tracing else None
+        if arr.nbytes:
+            self._memcpy(host.ctypes.data, arr.data.ptr, arr.nbytes, _D2H, s.ptr)
+        ev = self.record(s)
+        self.defer(ev, arr)
+        self.stats["d2h_bytes"] += arr.nbytes
+        if t0 is not None:
+            self.trace_events.append((f"D2H {what}", "MemcpyDtoH", t0, ev, "d2h"))
+        return host, ev
+
+    def from_peer(self, gv: _PeerValue, what: str = "value") -> Any:
+        """Copy a value of another GPU of this process here, on the h2d stream."""
+        if _ACTIVE[0] is not self:
+            self.activate()
+        src = gv.array
+        dst = self.cp.empty(src.shape, src.dtype)
+        s = self.h2d
+        self._copy_stream_after_compute(s)
+        s.wait_event(gv.event)
+        t0 = self.record(s) if self.tracing else None
+        if src.nbytes:
+            self._memcpy_peer(dst.data.ptr, self.index, src.data.ptr, gv.device, src.nbytes,
+                              s.ptr)
+        ev = self.record(s)
+        self.compute.wait_event(ev)
+        self.defer(ev, gv)  # the source buffer stays alive until the copy is done
+        self.stats["peer_bytes"] += src.nbytes
+        if t0 is not None:
+            self.trace_events.append((f"P2P {what}", "MemcpyPtoP", t0, ev, "h2d"))
+        return dst
+
+    def import_value(self, v: Any, what: str = "value") -> Any:
+        """A value arriving on this GPU (feed or Recv), in the form kernels here take."""
+        t = type(v)
+        if t is np.ndarray:
+            if v.ndim and v.dtype.kind in "fc":
+                return self.to_device(v, what)
+            return v
+        if t is self.ndarray:
+            dev = v.data.device_id
+            if dev == self.index:
+                return v
+            return self.from_peer(_PeerValue(v, self._record_on(dev), dev), what)
+        if t is _PeerValue:
+            if v.device == self.index:
+                if _ACTIVE[0] is not self:
+                    self.activate()
+                self.compute.wait_event(v.event)
+                return v.array
+            return self.from_peer(v, what)
+        return v
+
+    def _record_on(self, dev: int) -> Any:
+        other = GpuDevice.get(dev)
+        other.activate()
+        return other.record(other.compute)
+
+    def upload(self, out: Any, what: str) -> Any:
+        """Float arrays a host-run kernel produced go to the device."""
+        t = type(out)
+        if t is np.ndarray:
+            return self.to_device(out, what) if out.ndim and out.dtype.kind in "fc" else out
+        if t is tuple:
+            return tuple(self.upload(o, what) for o in out)
+        return out
+
+    def _oom_text(self, what: str, e: BaseException) -> str:
+        lim = f"gpu_memory_limit={self.limit:,} bytes" if self.limit else \
+            f"device memory {self.total_memory:,} bytes"
+        return (f"out of memory on {self.name} ({lim}, {self.pool.used_bytes():,} bytes in "
+                f"use) computing {what}: {e}")
+
+    # --------------------------------------------------------------- trace
+    def begin_trace(self) -> None:
+        self.tracing = True
+        self.trace_events = []
+        if _ACTIVE[0] is not self:
+            self.activate()
+        ref = self.cp.cuda.Event()
+        ref.record(self.compute)
+        ref.synchronize()
+        self._trace_ref = (ref, time.perf_counter())
+
+    def end_trace(self) -> list:
+        """Device-timed events (name, type, frame, iteration, t0, t1, track)."""
+        self.tracing = False
+        if self._trace_ref is None:
+            return []
+        ref, t_ref = self._trace_ref
+        self._trace_ref = None
+        with self._device:
+            self.cp.cuda.runtime.deviceSynchronize()
+        el = self.cp.cuda.get_elapsed_time
+        out = []
+        for ev in self.trace_events:
+            name, typ, e0, e1, track = ev[:5]
+            frame = ev[5] if len(ev) > 5 else ""
+            out.append((name, typ, frame, -1, t_ref + el(ref, e0) / 1e3,
+                        t_ref + el(ref, e1) / 1e3, track))
+        self.trace_events = []
+        return out
+
+
+@dataclass(eq=False, slots=True)
+class _PeerValue:
+    """A device array on its way to another GPU: the array and its ready event."""
+
+    array: Any
+    event: Any
+    device: int
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        # a remote transport needs bytes: a blocking copy (only outside one process)
+        self.event.synchronize()
+        a = self.array.get()
+        return a if dtype is None else a.astype(dtype)
+
+
+# ----------------------------------------------------------------- swapping
+class _Rec:
+    """One saved value on a swapping stack (shared by pushes of the same buffer)."""
+
+    __slots__ = ("dev", "host", "ev_in", "state", "refs", "key", "shape", "dtype", "nbytes")
+
+    QUEUED, OUT, HOST, IN, GONE = range(5)
+
+    def __init__(self, value: Any, key: tuple) -> None:
+        self.dev = value
+        self.host = None
+        self.ev_in = None
+        self.state = _Rec.QUEUED
+        self.refs = 1
+        self.key = key
+        self.shape = value.shape
+        self.dtype = value.dtype
+        self.nbytes = value.nbytes
+
+
+class _Swapper:
+    """Moves saved loop values to pinned host memory and back (one per GPU)."""
+
+    def __init__(self, gpu: GpuDevice) -> None:
+        self.gpu = gpu
+        self.by_key: dict[tuple, _Rec] = {}
+        self.queue: collections.deque = collections.deque()   # waiting for a d2h slot
+        self.out: collections.deque = collections.deque()     # (rec, event) in flight
+        self.swapped_bytes = 0
+        self.prefetched_bytes = 0
+
+    def push(self, value: Any, swappable: bool) -> Any:
+        gpu = self.gpu
+        if not swappable or type(value) is not gpu.ndarray or value.nbytes < SWAP_MIN_BYTES:
+            return value
+        key = (value.data.ptr, value.nbytes)
+        rec = self.by_key.get(key)
+        if rec is not None:        # the same buffer again (e.g. c_new(t) is c(t+1))
+            rec.refs += 1
+            return rec
+        if self.out:
+            self.collect()
+        if gpu.used_bytes() < gpu.swap_threshold * gpu.capacity:
+            return value
+        rec = _Rec(value, key)
+        self.by_key[key] = rec
+        self.queue.append(rec)
+        self.pump()
+        return rec
+
+    def pump(self) -> None:
+        """Start queued swap-outs while fewer than D2H_IN_FLIGHT copies are running."""
+        q, out = self.queue, self.out
+        if not q or len(out) >= D2H_IN_FLIGHT:
+            return
+        gpu = self.gpu
+        s = gpu.d2h
+        waited = False
+        while q and len(out) < D2H_IN_FLIGHT:
+            rec = q.popleft()
+            if rec.state != _Rec.QUEUED:
+                continue
+            if not waited:
+                s.wait_event(gpu.record(gpu.compute))
+                waited = True
+            arr = gpu.cp.ascontiguousarray(rec.dev)
+            rec.dev = arr
+            rec.host = gpu.pinned_empty(rec.shape, rec.dtype)
+            t0 = gpu.record(s) if gpu.tracing else None
+            gpu._memcpy(rec.host.ctypes.data, arr.data.ptr, rec.nbytes, _D2H, s.ptr)
+            ev = gpu.record(s)
+            rec.state = _Rec.OUT
+            out.append((rec, ev))
+            self.swapped_bytes += rec.nbytes
+            gpu.stats["swap_out_bytes"] += rec.nbytes
+            if t0 is not None:
+                gpu.trace_events.append(("swap out", "MemcpyDtoH", t0, ev, "d2h"))
+
+    def collect(self) -> None:
+        out = self.out
+        while out and out[0][1].query():
+            rec, _ = out.popleft()
+            if rec.state == _Rec.OUT:
+                rec.state = _Rec.HOST
+                rec.dev = None                 # the device buffer goes back to the pool
+                if self.by_key.get(rec.key) is rec:
+                    del self.by_key[rec.key]
+            elif rec.state == _Rec.GONE:
+                rec.dev = None
+                rec.host = None
+        self.gpu.collect()
+        self.pump()
+
+    def pop(self, rec: _Rec, below: list) -> Any:
+        gpu = self.gpu
+        if _ACTIVE[0] is not gpu:
+            gpu.activate()
+        st = rec.state
+        if st == _Rec.HOST:
+            self._fetch(rec)
+            st = rec.state
+        v = rec.dev
+        if st == _Rec.IN:
+            gpu.compute.wait_event(rec.ev_in)
+        rec.refs -= 1
+        if rec.refs == 0:
+            if self.by_key.get(rec.key) is rec:
+                del self.by_key[rec.key]
+            if st == _Rec.OUT:
+                rec.state = _Rec.GONE          # collect() drops it when the copy is done
+            else:
+                if rec.host is not None and rec.ev_in is not None:
+                    gpu.defer(rec.ev_in, rec.host)
+                rec.state = _Rec.GONE
+                rec.dev = None
+                rec.host = None
+        self._prefetch(below)
+        if self.out:
+            self.collect()
+        return v
+
+    def _fetch(self, rec: _Rec, waited: list | None = None) -> None:
+        gpu = self.gpu
+        try:
+            dst = gpu.cp.empty(rec.shape, rec.dtype)
+        except MemoryError:
+            if not self.make_room():
+                raise
+            dst = gpu.cp.empty(rec.shape, rec.dtype)
+        s = gpu.h2d
+        if waited is None or not waited[0]:
+            gpu._copy_stream_after_compute(s)
+            if waited is not None:
+                waited[0] = True
+        t0 = gpu.record(s) if gpu.tracing else None
+        gpu._memcpy(dst.data.ptr, rec.host.ctypes.data, rec.nbytes, _H2D, s.ptr)
+        rec.ev_in = gpu.record(s)
+        rec.dev = dst
+        rec.state = _Rec.IN
+        self.prefetched_bytes += rec.nbytes
+        gpu.stats["swap_in_bytes"] += rec.nbytes
+        if t0 is not None:
+            gpu.trace_events.append(("swap in", "MemcpyHtoD", t0, rec.ev_in, "h2d"))
+
+    def _prefetch(self, below: list) -> None:
+        waited = [False]
+        n = 0
+        for k in range(len(below) - 1, -1, -1):
+            item = below[k]
+            if type(item) is not _Rec:
+                continue
+            if item.state == _Rec.HOST:
+                self._fetch(item, waited)
+            n += 1
+            if n >= PREFETCH_ITEMS:
+                break
+
+    def make_room(self) -> bool:
+        """Throttle: finish every pending swap-out so its device buffer is freed."""
+        if not self.queue and not self.out:
+            return False
+        while self.queue or self.out:
+            self.pump()
+            if self.out:
+                self.out[-1][1].synchronize()
+            self.collect()
+        self.gpu.stats["throttled"] += 1
+        return True
+
+
+class GpuStackStore(StackStore):
+    """A stack of saved forward values whose entries may live in host memory."""
+
+    __slots__ = ("gpu",)
+
+    def __init__(self, name: str, swap_memory: bool, gpu: GpuDevice) -> None:
+        super().__init__(name, swap_memory)
+        self.gpu = gpu
+
+    def push(self, value: Any, swappable: bool = True) -> Any:
+        self.items.append(self.gpu.swapper.push(value, swappable))
+        self.pushes += 1
+        return value
+
+    def pop(self) -> Any:
+        items = self.items
+        if not items:
+            raise OutOfRangeError(f"pop from empty stack '{self.name}'")
+        v = items.pop()
+        if type(v) is _Rec:
+            return self.gpu.swapper.pop(v, items)
+        return v
+
+
+# ------------------------------------------------------------- kernel binding
+@dataclass
+class GpuResources(DeviceResources):
+    """Resources of a GPU actor; binds each kernel to run on its GPU (plan.py calls
+    `bind_kernel` for every kernel node of this device's partitions)."""
+
+    gpu: Any = None
+
+    def bind_kernel(self, p: Any, kw: dict) -> Any:
+        return _bind(self.gpu, p, kw)
+
+
+_FALLBACK = (TypeError, NotImplementedError, AttributeError)
+_NO_SWAP_PRODUCERS = frozenset({"ReadVariableOp", "Const", "VarHandleOp", "Enter"})
+
+
+def _bind(gpu: GpuDevice, p: Any, kw: dict) -> Any:
+    t = p.type
+    if t == "Const":
+        return _bind_const(gpu, kw["value"], p.name)
+    if t == "StackV2":
+        def stack_v2(*, stack_name: str, swap_memory: bool, **_: Any) -> Any:
+            return GpuStackStore(stack_name, swap_memory, gpu) if swap_memory else \
+                StackStore(stack_name, swap_memory)
+        return functools.partial(stack_v2, **kw)
+    if t == "StackPushV2":
+        src = p.inputs[1][0] if len(p.inputs) > 1 and p.inputs[1] is not None else None
+        while src is not None and src.type == "Identity" and src.inputs and src.inputs[0]:
+            src = src.inputs[0][0]
+        swappable = src is None or src.type not in _NO_SWAP_PRODUCERS
+
+        def stack_push(handle: Any, value: Any) -> Any:
+            if type(handle) is GpuStackStore:
+                return handle.push(value, swappable)
+            return handle.push(value)
+        return stack_push
+    opdef = OPS.get(t)
+    dev_kernel = (opdef.gpu_kernel if opdef is not None and opdef.gpu_kernel is not None
+                  else p.kernel)
+    return _kernel_fn(gpu, p.name, t, p.frame,
+                      functools.partial(dev_kernel, gpu.cp, **kw),
+                      functools.partial(p.kernel, np, **kw),
+                      pure=not (p.stateful or p.resource))
+
+
+def _bind_const(gpu: GpuDevice, value: Any, name: str) -> Any:
+    if type(value) is np.ndarray and value.ndim and value.dtype.kind in "fc":
+        cache: list = [None]
+
+        def const() -> Any:
+            v = cache[0]
+            if v is None:
+                v = cache[0] = gpu.to_device(value, name)
+            return v
+        return const
+    return lambda: value
+
+
+def _kernel_fn(gpu: GpuDevice, name: str, typ: str, frame: str, dev: Any, host: Any,
+               pure: bool) -> Any:
+    """The executor's callable for one kernel node on `gpu` (see the module docstring)."""
+    nd = gpu.ndarray
+    active = _ACTIVE
+    mode = [0]          # 0: by inputs; 1: always on the device (a pure op seen once)
+
+    def run_dev(args: tuple) -> Any:
+        if gpu.tracing:
+            e0 = gpu.record(gpu.compute)
+            out = dev(*args)
+            gpu.trace_events.append((name, typ, e0, gpu.record(gpu.compute), "compute", frame))
+            return out
+        return dev(*args)
+
+    def slow(args: tuple, first: BaseException) -> Any:
+        # mixed host/device inputs a kernel body can't take: host arrays to the device
+        # first, else everything to the host (blocking) and float results back
+        if any(type(a) is np.ndarray for a in args):
+            conv = tuple(gpu.to_device(a, name) if type(a) is np.ndarray and a.ndim else a
+                         for a in args)
+            try:
+                return run_dev(conv)
+            except _FALLBACK:
+                pass
+        hargs = tuple(a.get() if type(a) is nd else a for a in args)
+        try:
+            return gpu.upload(host(*hargs), name)
+        except _FALLBACK:
+            raise first from None
+
+    def oom(args: tuple, e: BaseException) -> Any:
+        if gpu.swapper.make_room():
+            try:
+                return run_dev(args)
+            except MemoryError as e2:
+                e = e2
+        raise ResourceExhaustedError(gpu._oom_text(f"{typ} '{name}'", e)) from None
+
+    def fn(*args: Any) -> Any:
+        if active[0] is not gpu:
+            gpu.activate()
+        if not mode[0]:
+            for a in args:
+                if type(a) is nd:
+                    break
+            else:
+                out = host(*args)
+                t = type(out)
+                if t is np.ndarray or t is tuple:
+                    up = gpu.upload(out, name)
+                    if pure and up is not out:
+                        mode[0] = 1
+                    return up
+                return out
+        try:
+            if gpu.tracing:
+                return run_dev(args)
+            return dev(*args)
+        except MemoryError as e:
+            return oom(args, e)
+        except _FALLBACK as e:
+            return slow(args, e)
+        except ValueError as e:
+            if not pure:
+                raise
+            return slow(args, e)
+
+    fn.__name__ = f"gpu_{typ}"
+    return fn
+
+
+# ------------------------------------------------------------------ the actor
+class _GpuRendezvous:
+    """The rendezvous as a GPU actor sees it: values are exported on Send and
+    imported on Recv (see the module docstring)."""
+
+    def __init__(self, inner: Any, gpu: GpuDevice, dst_of: dict) -> None:
+        self._inner = inner
+        self._gpu = gpu
+        self._dst_of = dst_of
+        self.pending = 0
+        self._idle: asyncio.Future | None = None
+
+    def send(self, key: tuple, value: Any) -> None:
+        gpu = self._gpu
+        if value is DEAD or type(value) is not gpu.ndarray:
+            self._inner.send(key, value)
+            return
+        peer = self._dst_of.get(key[1])
+        if peer is not None:
+            if _ACTIVE[0] is not gpu:
+                gpu.activate()
+            self._inner.send(key, _PeerValue(value, gpu.record(gpu.compute), gpu.index))
+            return
+        host, ev = gpu.to_host_async(value, f"send {key[1]}")
+        self.pending += 1
+
+        def deliver() -> None:
+            self._inner.send(key, host if host.ndim else host[()])
+            self.pending -= 1
+            if self.pending == 0 and self._idle is not None and not self._idle.done():
+                self._idle.set_result(None)
+        gpu.when_done(ev, deliver)
+
+    def recv(self, key: tuple, callback: Callable[[Any], None]) -> None:
+        gpu = self._gpu
+
+        def cb(value: Any) -> None:
+            callback(gpu.import_value(value, f"recv {key[1]}"))
+        self._inner.recv(key, cb)
+
+    async def drain(self) -> None:
+        """Wait until every value sent to another device has been delivered."""
+        if self.pending:
+            self._idle = asyncio.get_running_loop().create_future()
+            await self._idle
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class GpuActor(DeviceActor):
+    """The actor of one "/gpu:K" device: DeviceActor's loop with cupy kernels, plus
+    transfers at the partition's edges (feeds, Send/Recv, fetches)."""
+
+    def __init__(self, device: str, gpu: GpuDevice) -> None:
+        self.gpu = gpu
+        super().__init__(device, GpuResources(device, xp=gpu.cp, gpu=gpu))
+        self.xp = gpu.cp
+        self._dst: dict[int, dict] = {}
+
+    def _peer_edges(self, plan: Any) -> dict:
+        d = self._dst.get(id(plan))
+        if d is None:
+            d = {}
+            for n in plan.nodes:
+                if n.kind == Kind.SEND:
+                    a = n.pnode.attrs
+                    if _is_local_gpu(a.get("dst", "")):
+                        d[a["edge"]] = a["dst"]
+            self._dst[id(plan)] = d
+        return d
+
+    async def run_step(self, plan: Any, feeds: list, step: Any, rendezvous: Any,
+                       **kw: Any) -> Any:
+        gpu = self.gpu
+        gpu.activate()
+        trace = kw.get("trace", False)
+        if trace:
+            gpu.begin_trace()
+        feeds = [gpu.import_value(v, "feed") for v in feeds]
+        view = _GpuRendezvous(rendezvous, gpu, self._peer_edges(plan))
+        try:
+            ex = await super().run_step(plan, feeds, step, view, **kw)
+            await view.drain()
+            pending = []
+            res = ex.results
+            for k, v in enumerate(res):
+                if type(v) is _PeerValue:
+                    v = v.array
+                if type(v) is gpu.ndarray:
+                    host, ev = gpu.to_host_async(v, "fetch")
+                    res[k] = host if host.ndim else host[()]
+                    pending.append(ev)
+            if pending:
+                await gpu.wait(pending[-1])   # one stream: the last copy finishes last
+            gpu.collect()
+        finally:
+            if trace:
+                dev_events = gpu.end_trace()
+        if trace:
+            ex.trace = [e + ("host",) if len(e) == 6 else e for e in ex.trace] + dev_events
+        return ex
+
+
+def _is_local_gpu(dev: str) -> bool:
+    spec = DeviceSpec.parse(dev)
+    return spec.device_type == "gpu" and spec.job in (None, "localhost")
+
+
+def make_gpu_actor(device: str, config: Any = None) -> GpuActor:
+    """The actor of `device` ("/gpu:K"), with the session's memory settings applied."""
+    spec = DeviceSpec.parse(device)
+    gpu = GpuDevice.get(spec.index or 0)
+    if config is not None:
+        gpu.configure(getattr(config, "gpu_memory_limit", None),
+                      getattr(config, "swap_threshold", 0.7))
+    return GpuActor(device, gpu)

@@ -1,0 +1,118 @@
+"""The client <-> worker protocol: message names, keys, errors, and the loop thread.
+
+Every message travels on the authenticated transport (`transport.py`): control messages
+are msgpack maps (bulky payloads in the blob frame), tensors are data messages keyed
+like rendezvous slots. A run looks like this::
+
+    client -> worker   C {"type": "plan", "plan", "session", "compile"} + graph blob
+                                                                  (once per plan)
+    client -> worker   T (step, "!feed", (k,)) value              (the feeds it needs)
+    client -> worker   C {"type": "run", "step", "plan", "session", "trace"}
+    worker <-> worker  T (step, edge, tag) value | dead           (Send/Recv pairs)
+    worker -> client   T (step, "!fetch", (k,)) value | dead      (its fetches)
+    worker -> client   C {"type": "done", "step", "fired"} [+ trace blob]
+                     | C {"type": "error", "step", "error", "message"}
+    client -> worker   C {"type": "abort", "step"}                (timeout or failure)
+    client -> worker   C {"type": "release", "session"}           (session closed)
+
+ZeroMQ keeps messages of one sender to one receiver in order, so a worker has a run's
+plan and feeds before its "run", and the client has a worker's fetches before its
+"done". Only run start, completion and failure involve the client; Sends between
+partitions go straight from worker to worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from typing import Any, Coroutine
+
+from dcf import errors
+
+__all__ = ["FEED", "FETCH", "LoopThread", "error_from_msg", "error_to_msg", "new_event_loop",
+           "valid_key"]
+
+FEED = "!feed"     # edge name of a fed value's data message
+FETCH = "!fetch"   # edge name of a fetched value's data message
+
+
+def valid_key(key: Any) -> bool:
+    """A rendezvous key as the wire carries it: (step int, edge str, tag tuple)."""
+    return (type(key) is tuple and len(key) == 3 and type(key[0]) is int
+            and type(key[1]) is str and type(key[2]) is tuple)
+
+
+def error_to_msg(step: int, e: BaseException) -> dict:
+    """A worker-side exception as an "error" control message."""
+    msg = str(e) or type(e).__name__
+    if not isinstance(e, errors.DcfError):
+        msg = f"{type(e).__name__}: {msg}"
+    return {"type": "error", "step": step, "error": type(e).__name__, "message": msg[:60000]}
+
+
+def error_from_msg(msg: dict, worker: str) -> errors.DcfError:
+    """The dcf.errors exception a worker's "error" message names (WorkerError otherwise)."""
+    name = msg.get("error")
+    text = str(msg.get("message", ""))
+    cls = getattr(errors, name, None) if isinstance(name, str) else None
+    if isinstance(cls, type) and issubclass(cls, errors.DcfError):
+        err = cls(text)
+    else:
+        err = errors.WorkerError(f"worker {worker} failed: {text}")
+    err._dcf_located = True  # type: ignore[attr-defined]
+    return err
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop's loop when installed, else the standard one."""
+    try:
+        import uvloop
+
+        return uvloop.new_event_loop()
+    except ImportError:
+        return asyncio.new_event_loop()
+
+
+class LoopThread:
+    """An event loop running forever on a daemon thread (the cluster's I/O loop)."""
+
+    def __init__(self, name: str) -> None:
+        self.loop = new_event_loop()
+        self._ready = threading.Event()
+        self.thread = threading.Thread(target=self._main, name=name, daemon=True)
+        self.thread.start()
+        self._ready.wait()
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.call_soon(self._ready.set)
+        self.loop.run_forever()
+
+    def in_loop(self) -> bool:
+        return threading.current_thread() is self.thread
+
+    def submit(self, coro: Coroutine[Any, Any, Any]) -> concurrent.futures.Future:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def call(self, coro: Coroutine[Any, Any, Any], timeout: float | None = None) -> Any:
+        """Run `coro` on the loop and wait for its result from another thread."""
+        fut = self.submit(coro)
+        try:
+            return fut.result(timeout)
+        except BaseException:
+            fut.cancel()
+            raise
+
+    async def wrap(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        """Await `coro` running on this loop from another running loop."""
+        return await asyncio.wrap_future(self.submit(coro))
+
+    def stop(self) -> None:
+        if self.loop.is_closed():
+            return
+        if self.thread.is_alive():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(timeout=5)
+        if not self.thread.is_alive() and not self.loop.is_running():
+            self.loop.close()
