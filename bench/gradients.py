@@ -12,8 +12,10 @@ Workloads (the same data as the peers, from ``bench.peers``):
   ``GradientDescentOptimizer(0.01).minimize(loss, cell.variables)`` (gradients of the
   cell's variables and the update, all in the run), as ``bench.peers.tf1_lstm_step``.
 
-Systems: ``dcf`` (default ``SessionConfig()``: loop frames compiled to straight-line
-Python), ``dcf-executor`` (``compile_frames=False``, the tagged-token executor), and where
+Systems: ``dcf`` (default ``SessionConfig()``: frames compiled to straight-line Python,
+single-threaded BLAS), ``dcf-executor`` (``compile_frames=False``, the tagged-token
+executor), ``dcf-blas2`` (``intra_op_threads=2``: BLAS on both cores, as TF1 and PyTorch
+use them), and where
 importable ``tf1`` (``tf.compat.v1`` graph mode, control flow v1), ``torch`` (eager; for
 the LSTM the ``nn.LSTMCell`` Python loop, and the fused ``nn.LSTM`` for reference) and
 ``jax`` (``jit(grad)`` over ``lax.scan``). Each system is timed in a fresh process of its
@@ -67,7 +69,10 @@ from bench.harness import (
 )
 from bench.peers import LSTM_LEARNING_RATE, grad_chain_data, lstm_data
 
-DCF_SYSTEMS = {"dcf": True, "dcf-executor": False}   # system -> compile_frames
+#: dcf systems -> SessionConfig arguments. "dcf" is the default config (compiled frames,
+#: single-threaded BLAS); "dcf-blas2" lets BLAS use 2 threads, as TF1 and PyTorch do here.
+DCF_SYSTEMS: dict[str, dict] = {"dcf": {}, "dcf-executor": {"compile_frames": False},
+                                "dcf-blas2": {"intra_op_threads": 2}}
 LSTM_SHAPE = {"seq": 100, "batch": 32, "input": 64, "units": 128}
 HOT_PATH_FILES = ("executor.py", "frame_compiler.py", "session.py", "nn.py", "ops/rnn_ops.py",
                   "ops/math_ops.py", "autodiff/gradients.py", "autodiff/control_flow_grad.py",
@@ -139,7 +144,7 @@ class DcfChain:
         s = self.sessions.get(system)
         if s is None:
             s = dcf.Session(graph=self.graph,
-                            config=dcf.SessionConfig(compile_frames=DCF_SYSTEMS[system]))
+                            config=dcf.SessionConfig(**DCF_SYSTEMS[system]))
             s.run(self.init)
             self.sessions[system] = s
         return s
@@ -268,7 +273,7 @@ class DcfLstm:
         s = self.sessions.get(system)
         if s is None:
             s = dcf.Session(graph=self.graph,
-                            config=dcf.SessionConfig(compile_frames=DCF_SYSTEMS[system]))
+                            config=dcf.SessionConfig(**DCF_SYSTEMS[system]))
             s.run(self.init)
             s.run(self.reset)
             t0 = time.perf_counter()
@@ -384,7 +389,7 @@ def run_bench(quick: bool) -> tuple[dict, list[Result], dict, dict]:
                                    f"torch's {rl} (grad rel err {errs})")
 
     # ---- timed rounds: each (round, system) in a fresh process, systems rotated
-    systems = ["dcf", "dcf-executor"] + [p for p in ("tf1", "torch", "jax") if peers_on[p]]
+    systems = list(DCF_SYSTEMS) + [p for p in ("tf1", "torch", "jax") if peers_on[p]]
     timed: dict[tuple[str, str], Timed] = {}
     for r in range(rounds):
         k = r % len(systems)
@@ -449,7 +454,7 @@ def run_bench(quick: bool) -> tuple[dict, list[Result], dict, dict]:
         results.append(Result("torch", "autograd saved tensors, chain 1000", tb, tb, tb, "KiB"))
     ratios: dict[str, Any] = {}
     for wl in ("chain3", "chain1000", "lstm"):
-        for system in ("dcf", "dcf-executor"):
+        for system in DCF_SYSTEMS:
             if (system, wl) not in med:
                 continue
             for peer in ("tf1", "torch", "torch-fused", "jax"):

@@ -28,3 +28,4 @@ from dcf.autodiff import gradients  # noqa: F401,E402
 from dcf import train  # noqa: F401,E402
 
 __version__ = "0.1.0"
+from dcf.cluster import Cluster  # noqa: F401,E402

@@ -391,7 +391,7 @@ class _Codegen:
         if n.type == "Const" and not args:
             self.env[f"_C{n.id}"] = n.fn()  # hoisted: the value never changes
             call = f"_C{n.id}"
-        elif n.type in _INLINE and n.n_out == 1:
+        elif n.type in _INLINE and n.n_out == 1 and self.cf.plan.xp is np:  # GPU: call fn
             call = _INLINE[n.type].format(*args)
         else:
             self.env[f"f{n.id}"] = n.fn

@@ -208,6 +208,10 @@ def dynamic_rnn(cell: Any, inputs: Any, sequence_length: Any = None, initial_sta
         state0 = _initial_state(cell, batch, dtype or x.dtype, initial_state)
         seq = None if sequence_length is None else convert_to_tensor(sequence_length,
                                                                      dtype=dtypes.int32)
+        if not getattr(cell, "_built", True) and xt.shape[-1] is not None:
+            # variables outside the loop, under this scope: the same names as static_rnn
+            # gives them (rnn/lstm_cell/kernel, not rnn/while/...), so checkpoints swap
+            cell._build(int(xt.shape[-1]), cell._dtype or xt.dtype)
         in_ta = TensorArray(xt.dtype, size=steps, element_shape=xt.shape[1:],
                             name="inputs").unstack(xt)
         out_ta = TensorArray(xt.dtype, size=steps, name="outputs")

@@ -93,6 +93,10 @@ def partition(ops: list[Operation], device_of: dict[Operation, str],
         recvs[key] = r
         return r
 
+    # A control edge from a loop's per-iteration trigger (a loop variable's Merge, or the
+    # body's Identity pivot) to an op of the same frame on another device needs no
+    # message: that device's control loop has the same trigger (see below).
+    retied: list[tuple[PNode, str, int]] = []    # (op, frame, 0 = merge / 1 = pivot)
     for p in list(pn.values()):
         for k, inp in enumerate(p.inputs):
             if inp is None or inp[0].type == "_Feed":
@@ -100,20 +104,30 @@ def partition(ops: list[Operation], device_of: dict[Operation, str],
             src, idx = inp
             if src.device != p.device:
                 p.inputs[k] = (cut(src, idx, p.device), 0)
-        for k, c in enumerate(p.control):
-            if c.device != p.device:
-                p.control[k] = cut(c, 0, p.device, control=True)
+        if any(c.device != p.device for c in p.control):
+            kept = []
+            for c in p.control:
+                if c.device == p.device:
+                    kept.append(c)
+                    continue
+                trig = _iteration_trigger(c)
+                if trig is not None and c.frame == p.frame and p.frame:
+                    retied.append((p, p.frame, trig))
+                else:
+                    kept.append(cut(c, 0, p.device, control=True))
+            p.control = kept
 
     # Control loops for frames whose Recvs sit on a device.
     frames = _frame_table(ops)
+    cl_nodes: dict[tuple[str, str], tuple[PNode, PNode]] = {}   # (dev, frame) -> merge, pivot
     for dev, prt in parts.items():
         need: set[str] = set()
-        for p in prt.nodes:
-            if p.kind == Kind.RECV and p.frame:
-                f = p.frame
-                while f:
-                    need.add(f)
-                    f = frames[f][0]
+        starts = [p.frame for p in prt.nodes if p.kind == Kind.RECV and p.frame]
+        starts += [f for q, f, _ in retied if q.device == dev]
+        for f in starts:
+            while f:
+                need.add(f)
+                f = frames[f][0]
         cls: dict[str, PNode] = {}
         for f in sorted(need, key=lambda n: _depth(n, frames)):
             parent, pi, loop_cond = frames[f]
@@ -147,7 +161,10 @@ def partition(ops: list[Operation], device_of: dict[Operation, str],
                     q.control.append(merge)
             prt.nodes.extend([enter, merge, switch, exit_, pivot, nxt])
             cls[f] = pivot
+            cl_nodes[(dev, f)] = (merge, pivot)
             prt.frame_parents[f] = (parent, pi)
+    for q, f, trig in retied:
+        q.control.append(cl_nodes[(q.device, f)][trig])
     for p in parts.values():
         for f, (par, pi, _) in frames.items():
             p.frame_parents.setdefault(f, (par, pi))
@@ -157,6 +174,21 @@ def partition(ops: list[Operation], device_of: dict[Operation, str],
         used = {id(i[0]) for q in prt.nodes for i in q.inputs if i is not None}
         prt.feeds = [(fn, k) for k, (t, fn) in enumerate(feed_nodes.items()) if id(fn) in used]
     return parts
+
+
+def _iteration_trigger(c: PNode) -> int | None:
+    """0 when `c` is a loop variable's Merge (fires in every iteration), 1 when it is a
+    body pivot Identity(Switch:1) (fires in every iteration that runs the body), else
+    None. A device's control loop has a node of each kind for the frame."""
+    op = c.op
+    ctx = op.frame_ctx if op is not None else None
+    if ctx is None:
+        return None
+    if op.type == "Merge" and op in getattr(ctx, "merges", ()):
+        return 0
+    if op.type == "Identity" and op in getattr(ctx, "body_inputs", ()):
+        return 1
+    return None
 
 
 def _frame_table(ops: list[Operation]) -> dict[str, tuple[str, int, Operation]]:

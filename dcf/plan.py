@@ -118,6 +118,9 @@ def _bind(p: PNode, xp: Any, resources: Any) -> Any:
     if p.resource:
         kw["res"] = resources
         kw["node_name"] = p.name
+    bind = getattr(resources, "bind_kernel", None)
+    if bind is not None:  # a device that wraps its kernels (GPU: dcf/actors/gpu.py)
+        return bind(p, kw)
     return functools.partial(p.kernel, xp, **kw) if kw else functools.partial(p.kernel, xp)
 
 

@@ -76,6 +76,7 @@ class _RunPlan:
     fetch_targets: list    # [Tensor | Operation]
     structure: Any
     feed_tensors: list
+    remote: Any = None     # the partitions shipped to cluster workers (dcf.cluster)
 
 
 _step_ids = itertools.count(1)
@@ -101,12 +102,17 @@ class AsyncSession:
         self._plans: dict[tuple, _RunPlan] = {}
         self._rendezvous = LocalRendezvous()
         self._closed = False
+        self._sid = 0
+        if cluster is not None:
+            # Runs go to the cluster's I/O loop, which also carries the transport.
+            self._sid = cluster._new_session(self.config.heartbeat_timeout_s)
+            self._rendezvous.remote_send = cluster._client.send_tensor
 
     # ------------------------------------------------------------ devices
     def _device_exists(self, dev: str) -> bool:
         spec = DeviceSpec.parse(dev)
         if spec.job is not None and spec.job != "localhost":
-            return False
+            return self.cluster is not None and self.cluster._has_device(spec)
         if spec.device_type == "cpu":
             return True
         if spec.device_type == "gpu":
@@ -118,7 +124,12 @@ class AsyncSession:
     def _actor(self, dev: str) -> DeviceActor:
         a = self._actors.get(dev)
         if a is None:
-            a = self._actors[dev] = DeviceActor(dev)
+            if DeviceSpec.parse(dev).device_type == "gpu":
+                from dcf.actors.gpu import make_gpu_actor
+
+                a = self._actors[dev] = make_gpu_actor(dev, self.config)
+            else:
+                a = self._actors[dev] = DeviceActor(dev)
         return a
 
     # -------------------------------------------------------------- plans
@@ -128,7 +139,8 @@ class AsyncSession:
         if rp is not None:
             return rp
         ops = _prune(fetch_targets, feed_tensors)
-        device_of = place(ops, "/cpu:0", self._device_exists)
+        device_of = place(ops, "/cpu:0", self._device_exists,
+                          process_of=self.cluster._process_of if self.cluster else None)
         fetches, fetch_pos = [], []   # computed tensor fetches and their target index
         fed = set(feed_tensors)
         for i, f in enumerate(fetch_targets):
@@ -136,19 +148,25 @@ class AsyncSession:
                 fetches.append((f.op, f.index))
                 fetch_pos.append(i)
         parts = partition(ops, device_of, fetches, feed_tensors)
+        remote = None
+        if self.cluster is not None:
+            # each worker gets its partitions once per plan; the client keeps its own
+            parts, remote = self.cluster._ship(self._sid, parts, fetch_pos,
+                                               self.config.compile_frames)
         built = []
         for dev, prt in parts.items():
             actor = self._actor(dev)
             plan = build_plan(prt.nodes, [(fn, 0) for fn, _ in prt.feeds],
                               [(p, idx) for p, idx, _ in prt.fetches],
-                              resources=actor.resources, frame_parents=prt.frame_parents)
+                              xp=actor.resources.xp, resources=actor.resources,
+                              frame_parents=prt.frame_parents)
             if self.config.compile_frames:
                 from dcf.frame_compiler import compile_frames
 
                 compile_frames(plan)
             built.append((dev, plan, [k for _, k in prt.feeds],
                           [fetch_pos[k] for _, _, k in prt.fetches]))
-        rp = _RunPlan(built, fetch_targets, structure, feed_tensors)
+        rp = _RunPlan(built, fetch_targets, structure, feed_tensors, remote)
         self._plans[key] = rp
         return rp
 
@@ -159,10 +177,16 @@ class AsyncSession:
         """Run the graph to compute `fetches`; returns numpy values in their structure."""
         if self._closed:
             raise RuntimeError("this session is closed")
+        if self.cluster is not None and not self.cluster._io.in_loop():
+            return await self.cluster._io.wrap(self.run(fetches, feed_dict, options,
+                                                        run_metadata))
         options = options or RunOptions()
         targets, structure = _flatten_fetches(fetches, self.graph)
         feed_tensors, feed_values = _convert_feeds(feed_dict, self.graph)
         rp = self._plan(targets, feed_tensors, structure)
+        if rp.remote is not None:
+            return await self._run_cluster(rp, targets, feed_tensors, feed_values, options,
+                                           run_metadata)
         step = next(_step_ids)
         coros = []
         for dev, plan, feed_idx, _ in rp.parts:
@@ -216,7 +240,8 @@ class AsyncSession:
         targets, structure = _flatten_fetches(fetches, self.graph)
         feed_tensors, feed_values = _convert_feeds(feed_dict, self.graph)
         rp = self._plan(targets, feed_tensors, structure)
-        if len(rp.parts) != 1 or rp.parts[0][1].compiled_root is None:
+        if len(rp.parts) != 1 or rp.parts[0][1].compiled_root is None or \
+                "gpu:" in rp.parts[0][0]:   # GPU actors move feeds and fetches themselves
             return NOT_INLINE
         _, plan, feed_idx, fetch_idx = rp.parts[0]
         gen = plan.compiled_root.start([feed_values[k] for k in feed_idx])
@@ -246,7 +271,62 @@ class AsyncSession:
             run_metadata.step_stats["nodes_fired"] = len(plan.nodes)
         return nest.pack_sequence_as(structure, values)
 
+    async def _run_cluster(self, rp: _RunPlan, targets: list, feed_tensors: list,
+                           feed_values: list, options: RunOptions,
+                           run_metadata: RunMetadata | None) -> Any:
+        """One step over the client's partitions and the workers' (on the I/O loop)."""
+        client = self.cluster._client
+        step = client.new_step()
+        st = client.start_step(step, rp.remote, feed_values, self._rendezvous, options.trace)
+        coros = [self._actors[dev].run_step(
+            plan, [feed_values[k] for k in feed_idx], step, self._rendezvous,
+            trace=options.trace, compiled=self.config.compile_frames)
+            for dev, plan, feed_idx, _ in rp.parts]
+        coros.append(st.wait())
+        try:
+            gathered = _gather_fail_fast(coros)
+            exs = await (asyncio.wait_for(gathered, options.timeout_s)
+                         if options.timeout_s is not None else gathered)
+        except asyncio.TimeoutError:
+            client.abort_step(step)
+            self._rendezvous.abort_step(step, DeadlineExceededError("deadline"))
+            raise DeadlineExceededError(
+                f"run did not finish within timeout_s={options.timeout_s}; it was aborted on "
+                "every worker and the session is still usable") from None
+        except BaseException as e:
+            client.abort_step(step)
+            self._rendezvous.abort_step(step, e)
+            raise
+        finally:
+            client.end_step(step)
+            self._rendezvous.end_step(step)
+        exs.pop()
+        values: list[Any] = [None] * len(targets)
+        fed_value = dict(zip(feed_tensors, feed_values))
+        for i, t in enumerate(targets):
+            if isinstance(t, Tensor) and t in fed_value:
+                values[i] = fed_value[t]
+        for ex, (dev, plan, _, fetch_idx) in zip(exs, rp.parts):
+            check_fetches(ex, [targets[k].name for k in fetch_idx])
+            for local, k in enumerate(fetch_idx):
+                values[k] = _to_numpy(ex.results[local])
+            if run_metadata is not None and options.trace:
+                run_metadata.trace.extend((dev,) + ev for ev in ex.trace)
+        for k, v in st.fetches.items():
+            if v is DEAD:
+                raise InvalidArgumentError(
+                    f"fetch {targets[k].name} is dead: it lies on a branch that was not taken")
+            values[k] = v
+        if run_metadata is not None:
+            if options.trace:
+                run_metadata.trace.extend(st.trace)
+            run_metadata.step_stats["nodes_fired"] = \
+                sum(ex.fired_total for ex in exs) + st.fired
+        return nest.pack_sequence_as(rp.structure, values)
+
     async def close(self) -> None:
+        if not self._closed and self.cluster is not None:
+            self.cluster._release(self._sid)
         self._closed = True
 
     async def __aenter__(self) -> AsyncSession:
@@ -371,6 +451,9 @@ class Session:
         return self._loop
 
     def _call(self, coro: Any) -> Any:
+        cluster = self._async.cluster
+        if cluster is not None:
+            return cluster._io.call(coro)  # runs on the cluster's I/O loop
         try:
             asyncio.get_running_loop()
             running = True
@@ -395,6 +478,10 @@ class Session:
         return self._call(self._async.run(fetches, feed_dict, options, run_metadata))
 
     def close(self) -> None:
+        if self._async.cluster is not None:
+            if not self._async._closed:
+                self._async.cluster._release(self._async._sid)
+            self._async._closed = True
         if self._loop is None:
             self._async._closed = True
             return

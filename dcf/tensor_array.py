@@ -91,18 +91,19 @@ class TensorArray:
     def _attrs(self) -> dict:
         return {"dtype": self.dtype, "element_shape": self._cell.shape}
 
-    def _value(self, value: Any) -> Tensor:
+    def _value(self, value: Any, what: str = "write", index: Any = None) -> Tensor:
         v = convert_to_tensor(value, dtype=self.dtype) if not isinstance(value, Tensor) \
             else value
         if v.dtype is not self.dtype:
-            raise TypeError(f"TensorArray '{self.name}' holds {self.dtype}, cannot write "
-                            f"{v.dtype}")
+            at = "" if index is None else f" at index {_describe_index(index)}"
+            raise TypeError(f"TensorArray '{self.name}' holds {self.dtype}: {what} of a "
+                            f"{v.dtype} value{at}")
         return v
 
     # ------------------------------------------------------------- methods
     def write(self, index: Any, value: Any, name: str | None = None) -> TensorArray:
         """A TensorArray like this one with `value` at `index`."""
-        v = self._value(value)
+        v = self._value(value, "write", index)
         self._merge_shape(v.shape, "write")
         flow = apply("TensorArrayWriteV3", [self.handle, _index(index), v, self.flow],
                      name=name or "TensorArrayWrite")
@@ -125,7 +126,7 @@ class TensorArray:
 
     def unstack(self, value: Any, name: str | None = None) -> TensorArray:
         """Write `value[i]` to index i for every i."""
-        v = self._value(value)
+        v = self._value(value, "unstack")
         if v.shape is not None:
             self._merge_shape(tuple(v.shape[1:]), "unstack")
         flow = apply("TensorArrayUnstack", [self.handle, v, self.flow],
@@ -134,7 +135,7 @@ class TensorArray:
 
     def scatter(self, indices: Any, value: Any, name: str | None = None) -> TensorArray:
         """Write `value[k]` to index `indices[k]`."""
-        v = self._value(value)
+        v = self._value(value, "scatter")
         if v.shape is not None:
             self._merge_shape(tuple(v.shape[1:]), "scatter")
         flow = apply("TensorArrayScatterV3", [self.handle, _index(indices), v, self.flow],
@@ -165,6 +166,15 @@ class TensorArray:
 
     def __repr__(self) -> str:
         return f"<dcf.TensorArray '{self.name}' {self.dtype}>"
+
+
+def _describe_index(i: Any) -> str:
+    if isinstance(i, Tensor):
+        from dcf.ops.registry import constant_value
+
+        c = constant_value(i)
+        return str(int(c)) if c is not None else f"'{i.name}'"
+    return str(i)
 
 
 def _index(i: Any) -> Tensor:

@@ -310,26 +310,21 @@ def main(argv: list[str] | None = None) -> int:
             sess.run(init)
             rng = np.random.default_rng(args.seed)
             bar = Progress(args.steps)
-            first = last = None
-            window: list[float] = []
-            for step in range(args.steps):
+            mses: list[float] = []
+            for _ in range(args.steps):
                 idx = rng.integers(0, len(x_all), args.batch)
                 mse, ponder, _ = sess.run([m["mse"], m["ponder"], m["train"]],
                                           {m["x"]: x_all[idx], m["target"]: y_all[idx]})
-                window.append(float(mse))
-                if first is None:
-                    first = float(mse)
+                mses.append(float(mse))
                 bar.update(mse=float(mse), ponder=float(ponder))
-                if len(window) == 10:
-                    last = float(np.mean(window))
-                    window = []
             bar.close()
             fd = {m["x"]: x_all[: args.batch], m["target"]: y_all[: args.batch]}
             imp, ps = sess.run([m["importance"], m["ponder_steps"]], fd)
     finally:
         if cluster is not None:
             cluster.close()
-    print(f"mse: first step {first:.4f}, last 10 steps {last:.4f}")
+    print(f"mse: first step {mses[0]:.4f}, mean of the last {min(10, len(mses))} steps "
+          f"{np.mean(mses[-10:]):.4f}")
     print(f"expert importance (summed gates over a batch and all time steps): "
           f"{np.round(imp, 2).tolist()}")
     print(f"ACT ponder steps per time step: {ps.tolist()}")

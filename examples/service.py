@@ -19,12 +19,14 @@ graph until the largest relative step falls below `tol`:
 
 Every request is one `await sess.run(...)` on ONE `dcf.AsyncSession` shared by all
 handlers. The session runs its device actors inside the server's own event loop (no
-threads) and hands the loop back every few milliseconds while a run lasts, so many
-requests are in flight at once. Graph runs are CPU work on that loop, though: if 50
-runs were all runnable at once, a request arriving behind them (say `/health`) would
-wait for every one of them. An `asyncio.Semaphore` (`--concurrency`, default 2) admits
-only a few runs at a time; the others wait without occupying the loop, so `/health`
-answers within a couple of runs' time while solver requests are in flight.
+threads), so many requests are in flight at once. Graph runs are CPU work on that loop,
+though, and a run may go from start to end without handing the loop back (a short run,
+or a few heavy vector ops); if 50 runs were runnable at once, a request arriving behind
+them (say `/health`) would wait for all of them. So an `asyncio.Semaphore`
+(`--concurrency`, default 2) admits only a few runs at a time, the others waiting
+without occupying the loop, and each admitted run first yields once (`sleep(0)`) so the
+loop polls its sockets between runs: `/health` answers within about two runs' time
+while solver requests are in flight (docs/services.md).
 
 Endpoints:
   GET  /health                      -> {"status": "ok", "in_flight": n}

@@ -29,8 +29,9 @@ def rng() -> np.random.Generator:
 
 @pytest.fixture(params=[True, False], ids=["compiled", "tagged"])
 def compiled(request) -> dcf.SessionConfig:
-    """SessionConfig for both paths: loop frames compiled to straight-line Python
-    (compile_frames=True) and the tagged-token executor (compile_frames=False)."""
+    """SessionConfig for both execution paths: the frame compiler's straight-line Python
+    (compile_frames=True) and the tagged-token executor (compile_frames=False). Traced
+    runs (RunOptions(trace=True)) always take the tagged-token path."""
     return dcf.SessionConfig(compile_frames=request.param)
 
 

@@ -183,7 +183,7 @@ class GpuDevice:
         # (the pool reuses blocks in compute-stream order): copies into it wait for that
         stream.wait_event(self.record(self.compute))
 
-    def to_device(self, host: Any, what: str = "value") -> Any:
+    def to_device(self, host: Any, what: str = "value", where: tuple = ("", -1)) -> Any:
         """Asynchronous host-to-device copy of a numpy array (pinned staging, h2d)."""
         if _ACTIVE[0] is not self:
             self.activate()
@@ -209,10 +209,11 @@ class GpuDevice:
         self.defer(ev, stage)
         self.stats["h2d_bytes"] += n
         if t0 is not None:
-            self.trace_events.append((f"H2D {what}", "MemcpyHtoD", t0, ev, "h2d"))
+            self.trace_events.append((f"H2D {what}", "MemcpyHtoD", t0, ev, "h2d") + where)
         return dst
 
-    def to_host_async(self, arr: Any, what: str = "value") -> tuple[np.ndarray, Any]:
+    def to_host_async(self, arr: Any, what: str = "value",
+                      where: tuple = ("", -1)) -> tuple[np.ndarray, Any]:
         """Start a device-to-host copy into pinned memory; returns (host array, event)."""
         if _ACTIVE[0] is not self:
             self.activate()
@@ -227,10 +228,10 @@ class GpuDevice:
         self.defer(ev, arr)
         self.stats["d2h_bytes"] += arr.nbytes
         if t0 is not None:
-            self.trace_events.append((f"D2H {what}", "MemcpyDtoH", t0, ev, "d2h"))
+            self.trace_events.append((f"D2H {what}", "MemcpyDtoH", t0, ev, "d2h") + where)
         return host, ev
 
-    def from_peer(self, gv: _PeerValue, what: str = "value") -> Any:
+    def from_peer(self, gv: _PeerValue, what: str = "value", where: tuple = ("", -1)) -> Any:
         """Copy a value of another GPU of this process here, on the h2d stream."""
         if _ACTIVE[0] is not self:
             self.activate()
@@ -248,28 +249,28 @@ class GpuDevice:
         self.defer(ev, gv)  # the source buffer stays alive until the copy is done
         self.stats["peer_bytes"] += src.nbytes
         if t0 is not None:
-            self.trace_events.append((f"P2P {what}", "MemcpyPtoP", t0, ev, "h2d"))
+            self.trace_events.append((f"P2P {what}", "MemcpyPtoP", t0, ev, "h2d") + where)
         return dst
 
-    def import_value(self, v: Any, what: str = "value") -> Any:
+    def import_value(self, v: Any, what: str = "value", where: tuple = ("", -1)) -> Any:
         """A value arriving on this GPU (feed or Recv), in the form kernels here take."""
         t = type(v)
         if t is np.ndarray:
             if v.ndim and v.dtype.kind in "fc":
-                return self.to_device(v, what)
+                return self.to_device(v, what, where)
             return v
         if t is self.ndarray:
             dev = v.data.device_id
             if dev == self.index:
                 return v
-            return self.from_peer(_PeerValue(v, self._record_on(dev), dev), what)
+            return self.from_peer(_PeerValue(v, self._record_on(dev), dev), what, where)
         if t is _PeerValue:
             if v.device == self.index:
                 if _ACTIVE[0] is not self:
                     self.activate()
                 self.compute.wait_event(v.event)
                 return v.array
-            return self.from_peer(v, what)
+            return self.from_peer(v, what, where)
         return v
 
     def _record_on(self, dev: int) -> Any:
@@ -278,12 +279,14 @@ class GpuDevice:
         return other.record(other.compute)
 
     def upload(self, out: Any, what: str) -> Any:
-        """Float arrays a host-run kernel produced go to the device."""
+        """Float arrays a host-run kernel produced go to the device (the same object
+        comes back when nothing moved)."""
         t = type(out)
         if t is np.ndarray:
             return self.to_device(out, what) if out.ndim and out.dtype.kind in "fc" else out
         if t is tuple:
-            return tuple(self.upload(o, what) for o in out)
+            up = tuple(self.upload(o, what) for o in out)
+            return out if all(a is b for a, b in zip(up, out)) else up
         return out
 
     def _oom_text(self, what: str, e: BaseException) -> str:
@@ -304,7 +307,9 @@ class GpuDevice:
         self._trace_ref = (ref, time.perf_counter())
 
     def end_trace(self) -> list:
-        """Device-timed events (name, type, frame, iteration, t0, t1, track)."""
+        """Device-timed events (name, type, frame, iteration, t0, t1, track, t_host)
+        of this step: kernels on the compute stream (t_host: when the host enqueued
+        them), copies on the h2d and d2h streams."""
         self.tracing = False
         if self._trace_ref is None:
             return []
@@ -315,12 +320,36 @@ class GpuDevice:
         el = self.cp.cuda.get_elapsed_time
         out = []
         for ev in self.trace_events:
-            name, typ, e0, e1, track = ev[:5]
-            frame = ev[5] if len(ev) > 5 else ""
-            out.append((name, typ, frame, -1, t_ref + el(ref, e0) / 1e3,
-                        t_ref + el(ref, e1) / 1e3, track))
+            name, typ, e0, e1, track, frame, it = ev[:7]
+            out.append((name, typ, frame, it, t_ref + el(ref, e0) / 1e3,
+                        t_ref + el(ref, e1) / 1e3, track, ev[7] if len(ev) > 7 else None))
         self.trace_events = []
         return out
+
+
+def merge_trace(host_events: list, dev_events: list) -> list:
+    """One event per op execution: a kernel the GPU ran gets its device times on the
+    "compute" track; ops that ran on the host (control flow, host-memory integers) stay
+    on the "host" track; copies are on "h2d" and "d2h"."""
+    out = [e + ("host",) if len(e) == 6 else e for e in host_events]
+    by_name: dict[str, list] = {}
+    for k, e in enumerate(out):
+        by_name.setdefault(e[0], []).append(k)
+    pos: dict[str, int] = {}
+    extra = []
+    for name, typ, frame, it, t0, t1, track, th in dev_events:
+        if track == "compute" and th is not None:
+            ks = by_name.get(name, ())
+            j = pos.get(name, 0)
+            while j < len(ks) and out[ks[j]][5] < th:
+                j += 1
+            if j < len(ks) and out[ks[j]][4] <= th:
+                h = out[ks[j]]
+                out[ks[j]] = (h[0], h[1], h[2], h[3], t0, t1, "compute")
+                pos[name] = j + 1
+                continue
+        extra.append((name, typ, frame or "", -1 if it is None else it, t0, t1, track))
+    return out + extra
 
 
 @dataclass(eq=False, slots=True)
@@ -414,7 +443,9 @@ class _Swapper:
             self.swapped_bytes += rec.nbytes
             gpu.stats["swap_out_bytes"] += rec.nbytes
             if t0 is not None:
-                gpu.trace_events.append(("swap out", "MemcpyDtoH", t0, ev, "d2h"))
+                gpu.trace_events.append(("swap out", "MemcpyDtoH", t0, ev, "d2h", "",
+                                         gpu.stats["swap_outs"]))
+            gpu.stats["swap_outs"] += 1
 
     def collect(self) -> None:
         out = self.out
@@ -480,7 +511,9 @@ class _Swapper:
         self.prefetched_bytes += rec.nbytes
         gpu.stats["swap_in_bytes"] += rec.nbytes
         if t0 is not None:
-            gpu.trace_events.append(("swap in", "MemcpyHtoD", t0, rec.ev_in, "h2d"))
+            gpu.trace_events.append(("swap in", "MemcpyHtoD", t0, rec.ev_in, "h2d", "",
+                                     gpu.stats["swap_ins"]))
+        gpu.stats["swap_ins"] += 1
 
     def _prefetch(self, below: list) -> None:
         waited = [False]
@@ -596,23 +629,31 @@ def _kernel_fn(gpu: GpuDevice, name: str, typ: str, frame: str, dev: Any, host: 
     nd = gpu.ndarray
     active = _ACTIVE
     mode = [0]          # 0: by inputs; 1: always on the device (a pure op seen once)
+    convert = [False]   # host inputs go to the device first (learned in slow())
 
     def run_dev(args: tuple) -> Any:
         if gpu.tracing:
+            th = time.perf_counter()
             e0 = gpu.record(gpu.compute)
             out = dev(*args)
-            gpu.trace_events.append((name, typ, e0, gpu.record(gpu.compute), "compute", frame))
+            gpu.trace_events.append((name, typ, e0, gpu.record(gpu.compute), "compute", frame,
+                                     None, th))
             return out
         return dev(*args)
 
+    def to_dev(args: tuple) -> tuple:
+        return tuple(gpu.to_device(a, name) if type(a) is np.ndarray or
+                     isinstance(a, np.generic) else a for a in args)
+
     def slow(args: tuple, first: BaseException) -> Any:
-        # mixed host/device inputs a kernel body can't take: host arrays to the device
-        # first, else everything to the host (blocking) and float results back
-        if any(type(a) is np.ndarray for a in args):
-            conv = tuple(gpu.to_device(a, name) if type(a) is np.ndarray and a.ndim else a
-                         for a in args)
+        # mixed host/device inputs a kernel body can't take: host values to the device
+        # first (remembered for this node), else everything to the host (blocking) and
+        # float results back
+        if any(type(a) is np.ndarray or isinstance(a, np.generic) for a in args):
             try:
-                return run_dev(conv)
+                out = run_dev(to_dev(args))
+                convert[0] = True
+                return out
             except _FALLBACK:
                 pass
         hargs = tuple(a.get() if type(a) is nd else a for a in args)
@@ -645,6 +686,8 @@ def _kernel_fn(gpu: GpuDevice, name: str, typ: str, frame: str, dev: Any, host: 
                         mode[0] = 1
                     return up
                 return out
+        if convert[0]:
+            args = to_dev(args)
         try:
             if gpu.tracing:
                 return run_dev(args)
@@ -654,7 +697,7 @@ def _kernel_fn(gpu: GpuDevice, name: str, typ: str, frame: str, dev: Any, host: 
         except _FALLBACK as e:
             return slow(args, e)
         except ValueError as e:
-            if not pure:
+            if not any(type(a) is np.ndarray for a in args):
                 raise
             return slow(args, e)
 
@@ -685,7 +728,7 @@ class _GpuRendezvous:
                 gpu.activate()
             self._inner.send(key, _PeerValue(value, gpu.record(gpu.compute), gpu.index))
             return
-        host, ev = gpu.to_host_async(value, f"send {key[1]}")
+        host, ev = gpu.to_host_async(value, f"send {key[1]}", _where(key))
         self.pending += 1
 
         def deliver() -> None:
@@ -699,7 +742,7 @@ class _GpuRendezvous:
         gpu = self._gpu
 
         def cb(value: Any) -> None:
-            callback(gpu.import_value(value, f"recv {key[1]}"))
+            callback(gpu.import_value(value, f"recv {key[1]}", _where(key)))
         self._inner.recv(key, cb)
 
     async def drain(self) -> None:
@@ -762,8 +805,17 @@ class GpuActor(DeviceActor):
             if trace:
                 dev_events = gpu.end_trace()
         if trace:
-            ex.trace = [e + ("host",) if len(e) == 6 else e for e in ex.trace] + dev_events
+            ex.trace = merge_trace(ex.trace, dev_events)
         return ex
+
+
+def _where(key: tuple) -> tuple:
+    """(frame, iteration) of a rendezvous key (step, edge, tag); the tag is the frame
+    path with iteration numbers, ending (..., frame name, iteration)."""
+    tag = key[2] if len(key) > 2 else ()
+    if not isinstance(tag, tuple) or not tag:
+        return ("", -1)
+    return (tag[-2] if len(tag) > 1 else "", tag[-1])
 
 
 def _is_local_gpu(dev: str) -> bool:

@@ -63,7 +63,7 @@ class TensorArrayStore:
             raise InvalidArgumentError(
                 f"write of a {getattr(value, 'dtype', type(value))} value to index {i} of "
                 f"{self._describe()} which holds {self.dtype}")
-        shape = tuple(np.shape(value))
+        shape = tuple(getattr(value, "shape", ()))
         if self.infer_shape:
             if self.element_shape is None:
                 self.element_shape = shape
@@ -108,18 +108,21 @@ class TensorArrayStore:
             shape = self.element_shape if self.element_shape is not None and \
                 all(d is not None for d in self.element_shape) else ()
             return np.zeros((0,) + tuple(shape), self.dtype.np)
-        return np.stack([np.asarray(v) for v in vals])
+        xp = _module_of(vals)
+        return xp.stack([xp.asarray(v) for v in vals])
 
     def concat(self) -> tuple[Any, Any]:
-        vals = [np.asarray(self.read(i)) for i in range(len(self.elements))]
+        vals = [self.read(i) for i in range(len(self.elements))]
+        xp = _module_of(vals)
+        vals = [xp.asarray(v) for v in vals]
         lengths = np.asarray([v.shape[0] if v.ndim else 1 for v in vals], np.int64)
         if not vals:
             return np.zeros((0,), self.dtype.np), lengths
-        return np.concatenate([v if v.ndim else v[None] for v in vals]), lengths
+        return xp.concatenate([v if v.ndim else v[None] for v in vals]), lengths
 
     def scatter(self, indices: Any, value: Any) -> None:
-        value = np.asarray(value)
-        idx = [int(i) for i in np.asarray(indices).reshape(-1)]
+        value = _as_array(value)
+        idx = [int(i) for i in _host(indices).reshape(-1)]
         if len(idx) != value.shape[0]:
             raise InvalidArgumentError(
                 f"scatter of {value.shape[0]} rows to {len(idx)} indices of {self._describe()}")
@@ -127,11 +130,30 @@ class TensorArrayStore:
             self.write(i, value[k][()] if value.ndim == 1 else value[k])
 
     def split(self, value: Any, lengths: Any) -> None:
-        value = np.asarray(value)
+        value = _as_array(value)
         start = 0
-        for i, n in enumerate(np.asarray(lengths).reshape(-1)):
+        for i, n in enumerate(_host(lengths).reshape(-1)):
             self.write(i, value[start:start + int(n)])
             start += int(n)
+
+
+def _module_of(vals: list) -> Any:
+    """numpy, or the GPU array module when any element lives on a GPU."""
+    for v in vals:
+        if hasattr(v, "__cuda_array_interface__"):
+            from dcf.gpu_devices import array_module
+
+            return array_module(v)
+    return np
+
+
+def _as_array(v: Any) -> Any:
+    return v if hasattr(v, "__cuda_array_interface__") else np.asarray(v)
+
+
+def _host(v: Any) -> np.ndarray:
+    """A host copy of an index-like value (GPU arrays are copied back)."""
+    return v.get() if hasattr(v, "__cuda_array_interface__") else np.asarray(v)
 
 
 def _compatible(a: tuple, b: tuple) -> bool:
@@ -155,7 +177,7 @@ def _ta_read(xp, handle, index, flow, *, dtype, element_shape):
 
 
 def _ta_gather(xp, handle, indices, flow, *, dtype, element_shape):
-    return handle.stack(np.asarray(indices).reshape(-1))
+    return handle.stack(_host(indices).reshape(-1))
 
 
 def _ta_stack(xp, handle, flow, *, dtype, element_shape):
@@ -168,7 +190,7 @@ def _ta_scatter(xp, handle, indices, value, flow):
 
 
 def _ta_unstack(xp, handle, value, flow):
-    handle.scatter(np.arange(np.shape(value)[0]), value)
+    handle.scatter(np.arange(value.shape[0]), value)
     return _FLOW_VALUE
 
 
@@ -196,8 +218,8 @@ def _ta_write_accumulate(xp, handle, index, value, flow):
 
 
 def _ta_scatter_accumulate(xp, handle, indices, value, flow):
-    value = np.asarray(value)
-    for k, i in enumerate(np.asarray(indices).reshape(-1)):
+    value = _as_array(value)
+    for k, i in enumerate(_host(indices).reshape(-1)):
         handle.write(i, value[k][()] if value.ndim == 1 else value[k], accumulate=True)
     return _FLOW_VALUE
 

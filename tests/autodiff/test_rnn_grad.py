@@ -97,3 +97,38 @@ def test_dynamic_rnn_training_step_matches_static_rnn_step(compiled, rng):
     for a, b, c in zip(after_d, after_s, init):
         assert not np.allclose(a, c)
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_dynamic_and_static_rnn_name_variables_alike_so_checkpoints_swap(compiled, rng,
+                                                                         tmp_path, kind):
+    """A model trained with dynamic_rnn restores into static_rnn (as in TF1): the cell's
+    variables are built outside the while_loop, under the rnn scope, in both."""
+    x_np = rng.uniform(-1, 1, (B, T, D))
+    names, outs = {}, {}
+    path = str(tmp_path / "ckpt")
+    for rnn in ("dynamic", "static"):
+        g = dcf.Graph()
+        with g.as_default():
+            x = dcf.placeholder(F64, x_np.shape)
+            cell = _cell(kind)
+            if rnn == "dynamic":
+                out, _ = dcf.nn.dynamic_rnn(cell, x, dtype=F64)
+            else:
+                ys, _ = dcf.nn.static_rnn(cell, dcf.unstack(x, axis=1), dtype=F64)
+                out = dcf.stack(ys, axis=1)
+            assert all(v.handle.op.ctx is None for v in cell.variables)
+            names[rnn] = [v.name for v in cell.variables]
+            saver = dcf.train.Saver(cell.variables)
+            with dcf.Session(graph=g, config=compiled) as sess:
+                sess.run(dcf.global_variables_initializer())
+                if rnn == "dynamic":
+                    for v in cell.variables:   # move away from the deterministic init
+                        sess.run(v.assign_add(dcf.ones_like(v.read_value()) * 0.1))
+                    saver.save(sess, path)
+                else:
+                    saver.restore(sess, path)
+                outs[rnn] = sess.run(out, {x: x_np})
+    assert names["dynamic"] == names["static"]
+    assert all(n.startswith("rnn/") and "while" not in n for n in names["dynamic"])
+    np.testing.assert_allclose(outs["dynamic"], outs["static"], rtol=1e-12)

@@ -64,7 +64,7 @@ def test_while_grad_data_dependent_trip_count(compiled, rng):
     x_np = rng.uniform(0.1, 0.3, (1, 3))
     w_np = np.eye(3) * 0.7 + rng.uniform(0, 0.1, (3, 3))
     x = dcf.placeholder(F64, (1, 3))
-    w = dcf.placeholder(F64, (1, 3)) if False else dcf.placeholder(F64, (3, 3))
+    w = dcf.placeholder(F64, (3, 3))
     v, trips = f(x, w)
     trips_v = run(trips, {x: x_np, w: w_np}, compiled)
     assert trips_v > 3  # a real loop

@@ -11,14 +11,13 @@ import pytest
 
 import dcf
 
-OPTS = dcf.RunOptions(timeout_s=20.0)  # a lost dead signal fails the test instead of hanging
-
 
 def _dev(split: bool, k: int):
     return dcf.device(f"/cpu:{k}" if split else None)
 
 
 def _run(fetches, feeds=None, config=None, trace=False):
+    """Run in a fresh Session; the timeout makes a lost dead signal fail instead of hang."""
     md = dcf.RunMetadata()
     with dcf.Session(config=config) as sess:
         out = sess.run(

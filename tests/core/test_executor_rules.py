@@ -113,9 +113,9 @@ def test_merge_is_dead_only_if_all_inputs_dead(in_loop, compiled, run_graph):
         return dcf.cond(p, taken_when_p, lambda: v * 10.0, name="outer")
 
     if in_loop:
-        out = dcf.while_loop(lambda i, a: i < 3, lambda i, a: (i + 1, a + outer(a + x)), (0, 0.0))[
-            1
-        ]
+        _, out = dcf.while_loop(
+            lambda i, a: i < 3, lambda i, a: (i + 1, a + outer(a + x)), (0, 0.0)
+        )
         want_false, want_true = 20.0 + 220.0 + 2420.0, 3.0 + 6.0 + 12.0
     else:
         out = outer(x)
@@ -456,8 +456,11 @@ def test_stateful_ops_keep_iteration_order(pi, split, compiled, run_graph):
     assert log == list(range(16))
 
 
+# ------------------------------------------------- ops that read only loop constants
 @pytest.mark.parametrize("trips", [0, 3])
 def test_op_using_only_loop_constants_runs_once_per_iteration(trips, compiled, run_graph):
+    """A body op whose inputs are all loop constants is tied to the iteration (TF's
+    _MaybeAddControlDependency): it must not also run in the exit iteration."""
     calls: list = []
     c = dcf.constant(1.0)
     n = dcf.placeholder(dcf.int32, ())
@@ -470,7 +473,9 @@ def test_op_using_only_loop_constants_runs_once_per_iteration(trips, compiled, r
     assert len(calls) == trips
 
 
-def test_body_returning_a_captured_tensor_as_a_loop_var(compiled, run_graph):
+def test_body_returning_a_captured_tensor_as_a_loop_var(compiled):
+    """Its NextIteration reads only a loop constant; live in the exit iteration it would
+    start an iteration that never ends."""
     c = dcf.constant(5.0)
     out = dcf.while_loop(lambda i, x: i < 3, lambda i, x: (i + 1, c), (0, 0.0))
     with dcf.Session(config=compiled) as sess:

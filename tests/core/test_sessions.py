@@ -74,7 +74,7 @@ def test_feeding_an_intermediate_tensor_skips_its_producer():
         assert sess.run(z, {y: 10.0}) == 11.0  # x is never needed
 
 
-def test_fetching_a_tensor_array_or_another_graphs_tensor_is_a_type_error():
+def test_fetching_a_tensor_array_or_another_graphs_tensor_is_refused():
     ta = dcf.TensorArray(dcf.float32, size=1).write(0, 1.0)
     other = dcf.Graph()
     with other.as_default():

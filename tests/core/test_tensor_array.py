@@ -204,12 +204,14 @@ def test_index_out_of_range_of_a_fixed_size_array(index, run_graph):
 
 def test_writing_a_wrong_dtype_names_array_and_both_dtypes():
     ta = dcf.TensorArray(dcf.float32, size=2, name="floats")
-    with pytest.raises(
-        TypeError,
-        match=r"TensorArray 'floats' holds float32, cannot write "
-        r"int32",
-    ):
+    with pytest.raises(TypeError, match=r"TensorArray 'floats' holds float32, cannot write int32"):
         ta.write(0, dcf.constant(1, dcf.int32))
+
+
+def test_writing_a_wrong_dtype_names_the_write_and_its_index():
+    ta = dcf.TensorArray(dcf.float32, size=2, name="floats")
+    with pytest.raises(TypeError, match=r"TensorArray 'floats'.*write.*index 1"):
+        ta.write(1, dcf.constant(1, dcf.int32))
 
 
 def test_writing_a_wrong_static_shape_is_a_build_error():

@@ -83,7 +83,9 @@ def test_bench_dqn_measures_both_agents(dqn, capsys):
         sys.path.remove(str(ROOT))
     stats = bench_dqn.measure(dqn, dqn.DQNConfig(**TINY), skip=12, block=5, rounds=2)
     assert set(stats) == {"in-graph", "client"}
-    assert all(len(s.samples) == 2 and s.median > 0 for s in stats.values())
-    report("dqn", {}, [Result.rate(k, "steps/s", s, 1.0) for k, s in stats.items()], {})
+    assert all(len(s[c].samples) == 2 and s[c].median > 0 for s in stats.values()
+               for c in ("wall", "cpu"))
+    report("dqn", {}, [Result.rate(k, "steps/s", s["wall"], 1.0) for k, s in stats.items()],
+           {})
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert json.loads(last)["bench"] == "dqn"

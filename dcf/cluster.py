@@ -1,0 +1,707 @@
+"""Clusters of worker processes: start or attach them, ship partitions, run steps.
+
+The session's own process is the client. A `Cluster` owns one I/O thread whose event
+loop runs the client's transport, the health watch of its workers and, while a run is
+in flight, the client's own device actors; sessions hand their runs to that loop. Only
+run start, completion and failure involve the client: partitions on workers exchange
+Send/Recv values among themselves (see `dcf.actors.remote` for the protocol).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import itertools
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+from dcf.actors.codec import CodecError
+from dcf.actors.graphdef import encode_parts
+from dcf.actors.remote import (
+    FEED, FETCH, LoopThread, error_from_msg, valid_key,
+)
+from dcf.actors.transport import ZmqTransport
+from dcf.device import DeviceSpec
+from dcf.errors import InvalidArgumentError, WorkerError
+from dcf.ops.registry import Kind
+from dcf.token import DEAD
+
+__all__ = ["Cluster", "ClusterSpec", "load_spec"]
+
+_RESERVED = ("secret_file", "secret", "curve", "client")
+
+
+# ------------------------------------------------------------------- specs
+@dataclass
+class ClusterSpec:
+    """A parsed cluster spec: job name -> task addresses, and how messages are signed."""
+
+    jobs: dict[str, list[str]]
+    secret: bytes | None = None
+    curve: dict[str, bytes] | None = None    # {"public": z85, "secret": z85}
+    client: str | None = None                # the client's bind address, if given
+
+    def curve_tuple(self) -> tuple | None:
+        if self.curve is None:
+            return None
+        return (self.curve["public"], self.curve["secret"])
+
+
+def load_spec(spec: str | os.PathLike | dict) -> ClusterSpec:
+    """Parse a cluster spec (a dict, or the path of a JSON file holding one).
+
+    Format::
+
+        {"worker": ["tcp://127.0.0.1:5555", "tcp://127.0.0.1:5556"],
+         "secret_file": "/path/to/secret",            # HMAC key: the file's bytes
+         "curve": {"public": "<z85>", "secret": "<z85>"},   # or "secret_file": path
+         "client": "tcp://10.0.0.1:*"}                # optional: where the client binds
+
+    At least one of "secret_file" (or "secret", hex) and "curve" is required. Relative
+    paths are relative to the spec file.
+    """
+    base = "."
+    if not isinstance(spec, dict):
+        path = os.fspath(spec)
+        base = os.path.dirname(os.path.abspath(path))
+        with open(path, encoding="utf-8") as f:
+            spec = json.load(f)
+    if not isinstance(spec, dict):
+        raise ValueError("a cluster spec is a JSON object {\"worker\": [addresses], ...}")
+    jobs: dict[str, list[str]] = {}
+    for k, v in spec.items():
+        if k in _RESERVED:
+            continue
+        if not (isinstance(v, list) and all(isinstance(a, str) for a in v)):
+            raise ValueError(f"cluster spec: job {k!r} must be a list of addresses, got {v!r}")
+        jobs[k] = [a if "://" in a else f"tcp://{a}" for a in v]
+    if not jobs:
+        raise ValueError("cluster spec names no job (e.g. {\"worker\": [\"tcp://h:5555\"]})")
+
+    def read(p: str) -> bytes:
+        with open(os.path.join(base, p), "rb") as f:
+            return f.read().strip()
+
+    secret = None
+    if "secret_file" in spec:
+        secret = read(spec["secret_file"])
+    elif "secret" in spec:
+        secret = bytes.fromhex(spec["secret"])
+    curve = None
+    if "curve" in spec:
+        c = spec["curve"]
+        pub = c["public"].encode() if isinstance(c["public"], str) else c["public"]
+        sec = read(c["secret_file"]) if "secret_file" in c else c["secret"]
+        curve = {"public": pub, "secret": sec.encode() if isinstance(sec, str) else sec}
+    if secret is None and curve is None:
+        raise ValueError("cluster spec: give \"secret_file\" or \"curve\" keys; workers never "
+                         "accept unauthenticated clients")
+    return ClusterSpec(jobs, secret, curve, spec.get("client"))
+
+
+# ------------------------------------------------------------------ client
+@dataclass(eq=False)
+class _Worker:
+    name: str
+    task: int
+    job: str
+    address: str
+    pid: int | None = None
+    proc: subprocess.Popen | None = None
+    gpus: int = 0
+    alive: bool = True
+    reason: str = ""
+    clock: float = 0.0       # its time.time() - time.perf_counter()
+    hello: asyncio.Future | None = None
+
+
+@dataclass
+class _RemotePlan:
+    pid: int
+    session: int
+    workers: dict[str, dict]   # name -> {"feeds": [k], "fetches": [k]}
+
+
+@dataclass(eq=False)
+class _Step:
+    step: int
+    workers: set[str]
+    rendezvous: Any
+    future: asyncio.Future
+    pending: set[str] = field(default_factory=set)
+    fetches: dict[int, Any] = field(default_factory=dict)
+    fired: int = 0
+    trace: list = field(default_factory=list)
+
+    def fail(self, e: BaseException) -> None:
+        if not self.future.done():
+            self.future.set_exception(e)
+
+    async def wait(self) -> _Step:
+        await self.future
+        return self
+
+
+class _Client:
+    """The client's side of the protocol; every method runs on the I/O loop."""
+
+    def __init__(self, name: str, secret: bytes | None, curve: tuple | None, bind: str,
+                 heartbeat_timeout_s: float) -> None:
+        self.name = name
+        self.transport = ZmqTransport(
+            name, bind=bind, secret=secret, curve=curve,
+            heartbeat_interval_s=min(0.5, heartbeat_timeout_s / 4),
+            heartbeat_timeout_s=heartbeat_timeout_s,
+            on_tensor=self._on_tensor, on_control=self._on_control,
+            on_peer_lost=self._on_peer_lost)
+        self.workers: dict[str, _Worker] = {}
+        self.steps: dict[int, _Step] = {}
+        self._step_base = secrets.randbits(30) << 32
+        self._step_ids = itertools.count(1)
+        self._plan_ids = itertools.count(1)
+        self._stats_waiters: dict[int, asyncio.Future] = {}
+        self._req = itertools.count(1)
+        self._watch: asyncio.Task | None = None
+        self.clock = time.time() - time.perf_counter()
+
+    async def start(self) -> None:
+        await self.transport.start()
+        self._watch = asyncio.get_running_loop().create_task(self._watch_procs())
+
+    async def close(self, shutdown: bool) -> None:
+        for w in self.workers.values():
+            if w.alive and w.name in self.transport.peers:
+                try:
+                    self.transport.send_control(w.name, {"type": "shutdown" if shutdown
+                                                         else "detach"})
+                except Exception:  # noqa: BLE001 - best effort on the way out
+                    pass
+        for st in list(self.steps.values()):
+            st.fail(WorkerError("the cluster was closed during this run"))
+        await asyncio.sleep(0.05)   # let the goodbyes leave
+        if self._watch is not None:
+            self._watch.cancel()
+        await self.transport.close()
+
+    # ----------------------------------------------------------- workers
+    def set_heartbeat_timeout(self, seconds: float) -> None:
+        t = self.transport
+        t.heartbeat_timeout_s = seconds
+        t.heartbeat_interval_s = min(t.heartbeat_interval_s, seconds / 4)
+        self._send_peers()
+
+    def add_worker(self, w: _Worker) -> None:
+        self.workers[w.name] = w
+        w.hello = asyncio.get_running_loop().create_future()
+
+    async def connect(self, timeout: float, attach: bool) -> None:
+        """Wait for every worker's hello (sending "attach" first to workers started
+        elsewhere), then tell each worker where the others are."""
+        for w in self.workers.values():
+            if attach:
+                self.transport.add_peer(w.name, w.address)
+                self.transport.send_control(w.name, {"type": "attach",
+                                                     "address": self.transport.address})
+        deadline = time.monotonic() + timeout
+        for w in self.workers.values():
+            assert w.hello is not None
+            while not w.hello.done():
+                if w.proc is not None and w.proc.poll() is not None:
+                    raise WorkerError(f"worker {w.name} exited with "
+                                      f"{_describe_exit(w.proc.returncode)} while starting")
+                if time.monotonic() > deadline:
+                    raise WorkerError(f"worker {w.name} ({w.address or 'starting'}) did not "
+                                      f"answer within {timeout:.0f} s")
+                await asyncio.wait([w.hello], timeout=0.05)
+        self._send_peers()
+
+    def _send_peers(self) -> None:
+        peers = {w.name: w.address for w in self.workers.values() if w.address}
+        for w in self.workers.values():
+            if w.alive and w.name in self.transport.peers:
+                self.transport.send_control(w.name, {
+                    "type": "peers", "peers": peers,
+                    "heartbeat_timeout_s": self.transport.heartbeat_timeout_s})
+
+    def lost(self, name: str, reason: str) -> None:
+        """Worker `name` is gone: fail every step that involves it, now."""
+        w = self.workers.get(name)
+        if w is None or not w.alive:
+            return
+        w.alive = False
+        w.reason = reason
+        self.transport.remove_peer(name)
+        for st in list(self.steps.values()):
+            if name in st.workers:
+                st.fail(WorkerError(
+                    f"worker {name} ({w.address}) {reason} during step {st.step}; "
+                    f"the run is aborted on the other workers"))
+
+    def _on_peer_lost(self, name: str, silent: float) -> None:
+        if name in self.workers:
+            self.lost(name, f"missed heartbeats for {silent:.1f} s")
+
+    async def _watch_procs(self) -> None:
+        # Popen handles tell a local worker's death at once, before heartbeats would.
+        while True:
+            await asyncio.sleep(0.05)
+            for w in list(self.workers.values()):
+                if w.alive and w.proc is not None and w.proc.poll() is not None:
+                    self.lost(w.name, f"exited with {_describe_exit(w.proc.returncode)}")
+
+    # ---------------------------------------------------------- messages
+    def _on_control(self, src: str, msg: dict, blob: bytes | None) -> None:
+        kind = msg.get("type")
+        w = self.workers.get(src)
+        if w is None:
+            return
+        if kind == "hello":
+            w.address = msg.get("address") or w.address
+            w.pid = msg.get("pid")
+            w.gpus = int(msg.get("gpus") or 0)
+            w.clock = float(msg.get("clock") or 0.0)
+            if w.name not in self.transport.peers:
+                self.transport.add_peer(w.name, w.address)
+            if w.hello is not None and not w.hello.done():
+                w.hello.set_result(None)
+            return
+        if kind == "stats":
+            fut = self._stats_waiters.pop(msg.get("req"), None)
+            if fut is not None and not fut.done():
+                keys = msgpack.unpackb(blob, use_list=False) if blob else ()
+                fut.set_result((msg.get("info"), keys))
+            return
+        st = self.steps.get(msg.get("step"))  # type: ignore[arg-type]
+        if st is None:
+            return
+        if kind == "done":
+            st.pending.discard(src)
+            st.fired += int(msg.get("fired") or 0)
+            if blob:
+                shift = float(msg.get("clock") or 0.0) - self.clock
+                for ev in msgpack.unpackb(blob, use_list=True):
+                    ev[5] += shift
+                    ev[6] += shift
+                    st.trace.append(tuple(ev))
+            if not st.pending and not st.future.done():
+                st.future.set_result(None)
+        elif kind == "error":
+            st.fail(error_from_msg(msg, src))
+
+    def _on_tensor(self, src: str, key: Any, value: Any, is_dead: bool) -> None:
+        if not valid_key(key):
+            return
+        st = self.steps.get(key[0])
+        if st is None:
+            return
+        if key[1] == FETCH:
+            tag = key[2]
+            if len(tag) == 1 and type(tag[0]) is int:
+                st.fetches[tag[0]] = DEAD if is_dead else value
+        else:
+            st.rendezvous.send(key, DEAD if is_dead else value)
+
+    def send_tensor(self, peer: str, key: tuple, value: Any) -> None:
+        try:
+            if value is DEAD:
+                self.transport.send_tensor(peer, key, None, is_dead=True)
+            else:
+                self.transport.send_tensor(peer, key, value)
+        except KeyError:
+            w = self.workers.get(peer)
+            raise WorkerError(f"worker {peer} is unavailable: "
+                              f"{w.reason if w is not None else 'unknown worker'}") from None
+        except (CodecError, ValueError) as e:
+            raise InvalidArgumentError(f"cannot send {key[1]!r} to {peer}: {e}") from e
+
+    # ------------------------------------------------------------- steps
+    def new_step(self) -> int:
+        return self._step_base + next(self._step_ids)
+
+    def check_alive(self, names: Any) -> None:
+        for n in names:
+            w = self.workers[n]
+            if not w.alive:
+                raise WorkerError(f"worker {n} ({w.address}) is unavailable: it {w.reason}")
+
+    def ship(self, session: int, by_worker: dict[str, list[dict]], compile: bool
+             ) -> _RemotePlan:
+        pid = next(self._plan_ids)
+        self.check_alive(by_worker)
+        info = {}
+        for name, parts in by_worker.items():
+            blob = encode_parts(parts)
+            self.transport.send_control(name, {"type": "plan", "plan": pid,
+                                               "session": session, "compile": compile}, blob)
+            info[name] = {"feeds": sorted({k for p in parts for _, k in p["feeds"]}),
+                          "fetches": [k for p in parts for _, _, k in p["fetches"]]}
+        return _RemotePlan(pid, session, info)
+
+    def start_step(self, step: int, rp: _RemotePlan, feed_values: list, rendezvous: Any,
+                   trace: bool) -> _Step:
+        self.check_alive(rp.workers)
+        fut = asyncio.get_running_loop().create_future()
+        st = _Step(step, set(rp.workers), rendezvous, fut, pending=set(rp.workers))
+        self.steps[step] = st
+        try:
+            for name, info in rp.workers.items():
+                for k in info["feeds"]:
+                    self.send_tensor(name, (step, FEED, (k,)), feed_values[k])
+                self.transport.send_control(name, {"type": "run", "step": step,
+                                                   "plan": rp.pid, "session": rp.session,
+                                                   "trace": trace})
+        except BaseException:
+            self.abort_step(step)
+            self.steps.pop(step, None)
+            raise
+        return st
+
+    def abort_step(self, step: int) -> None:
+        st = self.steps.get(step)
+        if st is None:
+            return
+        for name in st.pending:
+            w = self.workers.get(name)
+            if w is not None and w.alive:
+                try:
+                    self.transport.send_control(name, {"type": "abort", "step": step})
+                except Exception:  # noqa: BLE001 - the worker is going away anyway
+                    pass
+
+    def end_step(self, step: int) -> None:
+        st = self.steps.pop(step, None)
+        if st is not None and not st.future.done():
+            st.future.cancel()
+
+    def release(self, session: int) -> None:
+        for w in self.workers.values():
+            if w.alive and w.name in self.transport.peers:
+                self.transport.send_control(w.name, {"type": "release", "session": session})
+
+    async def stats(self, name: str, record_keys: bool | None = None,
+                    timeout: float = 10.0) -> tuple[dict, tuple]:
+        if record_keys is not None:
+            self.transport.send_control(name, {"type": "debug", "record_keys": record_keys})
+        req = next(self._req)
+        fut = asyncio.get_running_loop().create_future()
+        self._stats_waiters[req] = fut
+        self.transport.send_control(name, {"type": "stats", "req": req})
+        return await asyncio.wait_for(fut, timeout)
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "no exit status"
+    if code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"
+
+
+# ----------------------------------------------------------------- Cluster
+class Cluster:
+    """Worker processes that sessions place ops on ("/job:worker/task:K/cpu:0").
+
+    `Cluster(spec)` attaches to workers started elsewhere with
+    ``python -m dcf.worker --cluster FILE --task N``; `Cluster.local(n)` starts `n`
+    workers on this host; `Cluster.ray(n)` starts them as Ray actors. A cluster is a
+    context manager; `close()` detaches (or, for workers it started, stops them).
+
+        with dcf.Cluster.local(2) as cluster, dcf.Session(cluster=cluster) as sess:
+            with dcf.device("/job:worker/task:1"):
+                y = x * 2.0
+            sess.run(y, {x: 3.0})
+
+    Attributes:
+        spec: ``{"worker": [address, ...]}``, the workers' data-plane addresses.
+        worker_pids: the workers' process ids (as they reported them).
+    """
+
+    def __init__(self, spec: str | os.PathLike | dict, *, heartbeat_timeout_s: float = 5.0,
+                 connect_timeout_s: float = 30.0) -> None:
+        cs = load_spec(spec)
+        bind = cs.client or _client_bind(cs.jobs)
+        self._setup(cs.secret, cs.curve_tuple(), bind, heartbeat_timeout_s)
+        for job, addresses in cs.jobs.items():
+            for k, a in enumerate(addresses):
+                self._add_worker(job, k, a)
+        self._connect(connect_timeout_s, attach=True)
+
+    # ---------------------------------------------------------- builders
+    @classmethod
+    def local(cls, num_workers: int, gpus_per_worker: int = 0, *,
+              heartbeat_timeout_s: float = 5.0, start_timeout_s: float = 60.0) -> Cluster:
+        """Start `num_workers` worker processes on this host (each in its own process
+        group, bound to 127.0.0.1, signed with a fresh secret passed on their stdin).
+
+        They stop when the cluster closes, at interpreter exit, or when this process
+        dies (their stdin pipe closes). Worker K sees GPUs
+        K*gpus_per_worker ... (K+1)*gpus_per_worker-1 as its "/gpu:0"...
+        """
+        if num_workers < 1:
+            raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+        self = cls.__new__(cls)
+        secret = secrets.token_bytes(32)
+        self._setup(secret, None, "tcp://127.0.0.1:*", heartbeat_timeout_s)
+        address = self._io.call(_get_address(self._client))
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        try:
+            for k in range(num_workers):
+                env = dict(os.environ)
+                env["DCF_TASK_INDEX"] = str(k)
+                env["PYTHONPATH"] = os.pathsep.join(
+                    p for p in (root, os.getcwd(), env.get("PYTHONPATH", "")) if p)
+                if gpus_per_worker:
+                    env["CUDA_VISIBLE_DEVICES"] = ",".join(
+                        str(k * gpus_per_worker + j) for j in range(gpus_per_worker))
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "dcf.worker", "--task", str(k), "--client",
+                     address, "--client-name", self._client.name,
+                     "--heartbeat-timeout", str(heartbeat_timeout_s)],
+                    stdin=subprocess.PIPE, env=env, start_new_session=True)
+                assert proc.stdin is not None
+                proc.stdin.write(secret.hex().encode() + b"\n")
+                proc.stdin.flush()
+                self._add_worker("worker", k, "", proc=proc)
+            self._connect(start_timeout_s, attach=False)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    @classmethod
+    def ray(cls, num_workers: int, resources_per_worker: dict | None = None, *,
+            heartbeat_timeout_s: float = 5.0, start_timeout_s: float = 120.0) -> Cluster:
+        """Start `num_workers` workers as actors of the current Ray cluster (``ray.init``
+        is called if needed). Tensors still travel over ZeroMQ; the secret travels as an
+        actor argument over Ray's own channel."""
+        try:
+            import ray
+        except ImportError as e:
+            raise ImportError("Cluster.ray needs ray: pip install 'dcf[ray]'") from e
+        from dcf.worker import ray_worker_class
+
+        if not ray.is_initialized():
+            ray.init()
+        self = cls.__new__(cls)
+        secret = secrets.token_bytes(32)
+        ip = ray.util.get_node_ip_address()
+        self._setup(secret, None, f"tcp://{ip}:*", heartbeat_timeout_s)
+        actor_cls = ray_worker_class(ray)
+        opts = dict(resources_per_worker or {})
+        num_cpus = opts.pop("CPU", 1)
+        num_gpus = opts.pop("GPU", 0)
+        self._ray_actors = [actor_cls.options(num_cpus=num_cpus, num_gpus=num_gpus,
+                                              resources=opts or None).remote(k, secret,
+                                                                             heartbeat_timeout_s)
+                            for k in range(num_workers)]
+        try:
+            addresses = ray.get([a.address.remote() for a in self._ray_actors],
+                                timeout=start_timeout_s)
+            for k, a in enumerate(addresses):
+                self._add_worker("worker", k, a)
+            self._connect(start_timeout_s, attach=True)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    # ---------------------------------------------------------- plumbing
+    def _setup(self, secret: bytes | None, curve: tuple | None, bind: str,
+               heartbeat_timeout_s: float) -> None:
+        self._closed = False
+        self._owns_workers = False
+        self._ray_actors: list = []
+        self._io = LoopThread("dcf-cluster-io")
+        self._client = _Client(f"client-{secrets.token_hex(4)}", secret, curve, bind,
+                               heartbeat_timeout_s)
+        self._sessions = itertools.count(1)
+        self._io.call(self._client.start())
+        ref = weakref.ref(self)
+        self._atexit = lambda: (ref() is not None and ref().close())  # type: ignore[union-attr]
+        atexit.register(self._atexit)
+
+    def _add_worker(self, job: str, task: int, address: str,
+                    proc: subprocess.Popen | None = None) -> None:
+        w = _Worker(f"/job:{job}/task:{task}", task, job, address, proc=proc)
+        if proc is not None:
+            self._owns_workers = True
+
+        async def add() -> None:
+            self._client.add_worker(w)
+
+        self._io.call(add())
+
+    def _connect(self, timeout: float, attach: bool) -> None:
+        self._io.call(self._client.connect(timeout, attach))
+
+    @property
+    def spec(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for w in self._client.workers.values():
+            out.setdefault(w.job, []).append(w.address)
+        return out
+
+    @property
+    def worker_pids(self) -> list[int | None]:
+        return [w.pid for w in self._client.workers.values()]
+
+    @property
+    def devices(self) -> list[str]:
+        """Every device of every worker, e.g. "/job:worker/task:1/cpu:0"."""
+        out = []
+        for w in self._client.workers.values():
+            out.append(f"{w.name}/cpu:0")
+            out.extend(f"{w.name}/gpu:{j}" for j in range(w.gpus))
+        return out
+
+    def __repr__(self) -> str:
+        return f"<dcf.Cluster {self.spec}>"
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Detach from the workers; stop the ones this cluster started. Idempotent."""
+        if getattr(self, "_closed", True):
+            return
+        self._closed = True
+        atexit.unregister(self._atexit)
+        try:
+            self._io.call(self._client.close(shutdown=self._owns_workers or
+                                             bool(self._ray_actors)), timeout=10)
+        except Exception:  # noqa: BLE001 - carry on tearing down
+            pass
+        self._io.stop()
+        procs = [w.proc for w in self._client.workers.values() if w.proc is not None]
+        for p in procs:
+            if p.stdin is not None:
+                try:
+                    p.stdin.close()   # EOF: the worker stops on its own
+                except OSError:
+                    pass
+        _reap(procs)
+        if self._ray_actors:
+            try:
+                import ray
+
+                for a in self._ray_actors:
+                    ray.kill(a)
+            except Exception:  # noqa: BLE001
+                pass
+
+    # -------------------------------------------------- session interface
+    def _process_of(self, device: str) -> str:
+        """"" for the client's own devices, else the worker's name."""
+        spec = DeviceSpec.parse(device)
+        if spec.job is None or spec.job == "localhost":
+            return ""
+        return f"/job:{spec.job}/task:{spec.task if spec.task is not None else 0}"
+
+    def _has_device(self, spec: DeviceSpec) -> bool:
+        w = self._client.workers.get(f"/job:{spec.job}/task:{spec.task or 0}")
+        if w is None:
+            return False
+        if spec.device_type == "cpu":
+            return spec.index in (None, 0)
+        if spec.device_type == "gpu":
+            return spec.index is not None and spec.index < w.gpus
+        return False
+
+    def _new_session(self, heartbeat_timeout_s: float) -> int:
+        if self._closed:
+            raise RuntimeError("this cluster is closed")
+        if heartbeat_timeout_s != self._client.transport.heartbeat_timeout_s:
+            self._io.loop.call_soon_threadsafe(self._client.set_heartbeat_timeout,
+                                               heartbeat_timeout_s)
+        return next(self._sessions)
+
+    def _ship(self, session: int, parts: dict, fetch_pos: list[int], compile: bool
+              ) -> tuple[dict, _RemotePlan | None]:
+        """Route cross-process Sends, send each worker its partitions; return the
+        client's own partitions and the handle of the remote ones (on the I/O loop)."""
+        if self._closed:
+            raise RuntimeError("this cluster is closed")
+        proc_of = {dev: self._process_of(dev) for dev in parts}
+        client = self._client
+
+        def peer(process: str) -> str:
+            return process or client.name
+
+        for dev, prt in parts.items():
+            for p in prt.nodes:
+                if p.kind == Kind.SEND:
+                    dst = self._process_of(p.attrs["dst"])
+                    if dst != proc_of[dev]:
+                        p.attrs["peer"] = peer(dst)
+        local = {dev: prt for dev, prt in parts.items() if proc_of[dev] == ""}
+        by_worker: dict[str, list[dict]] = {}
+        for dev, prt in parts.items():
+            if proc_of[dev] == "":
+                continue
+            by_worker.setdefault(proc_of[dev], []).append({
+                "device": dev, "nodes": prt.nodes, "feeds": prt.feeds,
+                "fetches": [(p, idx, fetch_pos[k]) for p, idx, k in prt.fetches],
+                "frame_parents": prt.frame_parents})
+        if not by_worker:
+            return local, None
+        return local, client.ship(session, by_worker, compile)
+
+    def _release(self, session: int) -> None:
+        if self._closed:
+            return
+        try:
+            self._io.loop.call_soon_threadsafe(self._client.release, session)
+        except RuntimeError:
+            pass
+
+    def _stats(self, task: int, record_keys: bool | None = None, job: str = "worker"
+               ) -> tuple[dict, tuple]:
+        """(worker statistics, data-message keys it recorded): for tests and debugging."""
+        return self._io.call(self._client.stats(f"/job:{job}/task:{task}", record_keys))
+
+
+async def _get_address(client: _Client) -> str:
+    return client.transport.address
+
+
+def _client_bind(jobs: dict[str, list[str]]) -> str:
+    loopback = all(("127.0.0.1" in a or "localhost" in a or "[::1]" in a)
+                   for addrs in jobs.values() for a in addrs)
+    return "tcp://127.0.0.1:*" if loopback else "tcp://0.0.0.0:*"
+
+
+def _reap(procs: list[subprocess.Popen], grace_s: float = 3.0) -> None:
+    """Wait for `procs` to exit; SIGTERM then SIGKILL their process groups if they don't."""
+    deadline = time.monotonic() + grace_s
+    for sig in (None, signal.SIGTERM, signal.SIGKILL):
+        if sig is not None:
+            for p in procs:
+                if p.poll() is None:
+                    try:
+                        os.killpg(p.pid, sig)
+                    except (ProcessLookupError, PermissionError):
+                        pass
+            deadline = time.monotonic() + (grace_s if sig == signal.SIGTERM else 5.0)
+        for p in procs:
+            try:
+                p.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        if all(p.poll() is not None for p in procs):
+            return

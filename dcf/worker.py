@@ -1,0 +1,511 @@
+"""A worker process: hosts the device actors of one task of a cluster.
+
+    python -m dcf.worker --cluster FILE --task N      (or the dcf-worker console script;
+                                                      the task may come from $DCF_TASK_INDEX)
+
+`Cluster.local` starts workers itself (``--client ADDR``, the secret on stdin; the worker
+exits when that pipe closes, i.e. when the client goes away). A worker runs the
+partitions a client ships to it (see `dcf.actors.remote` for the protocol): it rebuilds
+each partition's nodes, plans and compiles them once, then runs a step per "run"
+message. Resources (variables, TensorArrays, queues) live per client session and device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+from dcf.actors.codec import CodecError
+from dcf.actors.device_actor import DeviceActor
+from dcf.actors.graphdef import decode_parts
+from dcf.actors.remote import (
+    FEED, FETCH, error_to_msg, new_event_loop, valid_key,
+)
+from dcf.actors.rendezvous import LocalRendezvous
+from dcf.actors.transport import ZmqTransport
+from dcf.errors import InvalidArgumentError
+from dcf.plan import build_plan
+from dcf.token import DEAD
+
+__all__ = ["WorkerHost", "main"]
+
+log = logging.getLogger(__name__)
+_MAX_KEYS_RECORDED = 200_000
+
+
+@dataclass
+class _Plan:
+    session: int
+    parts: list              # [(device, ExecPlan, feed keys, fetch keys)]
+    compiled: bool
+
+
+@dataclass
+class _Client:
+    name: str
+    address: str
+    sessions: dict[int, dict[str, DeviceActor]] = field(default_factory=dict)
+    plans: dict[int, _Plan | BaseException] = field(default_factory=dict)
+    steps: set[int] = field(default_factory=set)
+
+
+class WorkerHost:
+    """One task's endpoint: a transport, the clients attached to it, and their steps.
+
+    Args:
+        task: this worker's index in its job; its transport name is
+            ``/job:{job}/task:{task}``, which is also the prefix of its devices.
+        bind: ZeroMQ endpoint of its data plane (tcp://127.0.0.1:* picks a port).
+        secret / curve: how messages are authenticated (see `ZmqTransport`).
+        client: ``(name, address)`` of the one client of a `Cluster.local` worker; without
+            it, any authenticated client may attach.
+    """
+
+    def __init__(self, *, task: int, job: str = "worker", bind: str = "tcp://127.0.0.1:*",
+                 secret: bytes | None = None, curve: tuple | None = None,
+                 heartbeat_timeout_s: float = 5.0,
+                 client: tuple[str, str] | None = None) -> None:
+        self.job = job
+        self.task = task
+        self.name = f"/job:{job}/task:{task}"
+        self.transport = ZmqTransport(
+            self.name, bind=bind, secret=secret, curve=curve,
+            heartbeat_interval_s=min(0.5, heartbeat_timeout_s / 4),
+            heartbeat_timeout_s=heartbeat_timeout_s,
+            on_tensor=self._on_tensor, on_control=self._on_control,
+            on_peer_lost=self._on_peer_lost)
+        self.rendezvous = LocalRendezvous()
+        self.rendezvous.remote_send = self._remote_send
+        self.clients: dict[str, _Client] = {}
+        self._fixed_client = client
+        self.steps: dict[int, asyncio.Task] = {}
+        self.feeds: dict[int, dict[int, Any]] = {}
+        self.recorded_keys: list | None = None
+        self.stopped: asyncio.Event | None = None
+        self._gpus: int | None = None
+
+    @property
+    def address(self) -> str:
+        return self.transport.address
+
+    # ------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        self.stopped = asyncio.Event()
+        await self.transport.start()
+        if self._fixed_client is not None:
+            name, address = self._fixed_client
+            self._attach(name, address)
+
+    async def serve(self) -> None:
+        """Start, then run until `stop()` (or a "shutdown" message)."""
+        await self.start()
+        assert self.stopped is not None
+        try:
+            await self.stopped.wait()
+        finally:
+            await self.close()
+
+    def stop(self) -> None:
+        if self.stopped is not None:
+            self.stopped.set()
+
+    async def close(self) -> None:
+        for t in list(self.steps.values()):
+            t.cancel()
+        if self.steps:
+            await asyncio.gather(*self.steps.values(), return_exceptions=True)
+        await self.transport.close()
+
+    def gpus(self) -> int:
+        if self._gpus is None:
+            from dcf import gpu_devices
+
+            self._gpus = gpu_devices.count()
+        return self._gpus
+
+    # ------------------------------------------------------------- clients
+    def _attach(self, name: str, address: str) -> _Client:
+        c = self.clients.get(name)
+        if c is None:
+            self.transport.add_peer(name, address)
+            c = self.clients[name] = _Client(name, address)
+        self.transport.send_control(name, {
+            "type": "hello", "task": self.task, "job": self.job, "address": self.address,
+            "pid": os.getpid(), "gpus": self.gpus(), "clock": time.time() - time.perf_counter()})
+        return c
+
+    def _drop_client(self, c: _Client) -> None:
+        for step in list(c.steps):
+            self._abort(step)
+        self.clients.pop(c.name, None)
+        if self._fixed_client is None:
+            self.transport.remove_peer(c.name)
+
+    def _on_peer_lost(self, name: str, silent: float) -> None:
+        c = self.clients.get(name)
+        if c is not None:
+            log.warning("worker %s: client %s silent for %.1f s; aborting its steps",
+                        self.name, name, silent)
+            if self._fixed_client is None:
+                self._drop_client(c)
+            else:
+                for step in list(c.steps):
+                    self._abort(step)
+
+    # ------------------------------------------------------------ messages
+    def _on_tensor(self, src: str, key: Any, value: Any, is_dead: bool) -> None:
+        if not valid_key(key):
+            self.transport.rejections["key"] += 1
+            return
+        if self.recorded_keys is not None and len(self.recorded_keys) < _MAX_KEYS_RECORDED:
+            self.recorded_keys.append(key)
+        step, edge, tag = key
+        if edge == FEED:
+            if src in self.clients and len(tag) == 1 and type(tag[0]) is int:
+                self.feeds.setdefault(step, {})[tag[0]] = DEAD if is_dead else value
+            return
+        self.rendezvous.send(key, DEAD if is_dead else value)
+
+    def _remote_send(self, peer: str, key: tuple, value: Any) -> None:
+        try:
+            if value is DEAD:
+                self.transport.send_tensor(peer, key, None, is_dead=True)
+            else:
+                self.transport.send_tensor(peer, key, value)
+        except (CodecError, KeyError, ValueError) as e:
+            raise InvalidArgumentError(
+                f"cannot send {key[1]!r} to {peer}: {e}") from e
+
+    def _on_control(self, src: str, msg: dict, blob: bytes | None) -> None:
+        kind = msg.get("type")
+        c = self.clients.get(src)
+        if c is None:
+            if kind == "attach" and self._fixed_client is None and \
+                    isinstance(msg.get("address"), str):
+                self._attach(src, msg["address"])
+            else:
+                self.transport.rejections["unknown client"] += 1
+            return
+        handler = _HANDLERS.get(kind) if isinstance(kind, str) else None
+        if handler is None:
+            self.transport.rejections["control type"] += 1
+            return
+        try:
+            handler(self, c, msg, blob)
+        except (KeyError, TypeError, ValueError) as e:  # a malformed message: drop it
+            self.transport.rejections["control field"] += 1
+            log.debug("worker %s: bad %s message from %s: %s", self.name, kind, src, e)
+
+    def _h_attach(self, c: _Client, msg: dict, blob: bytes | None) -> None:
+        self._attach(c.name, c.address)
+
+    def _h_peers(self, c: _Client, msg: dict, blob: bytes | None) -> None:
+        for name, address in msg["peers"].items():
+            if name != self.name and name not in self.clients:
+                peers = self.transport.peers
+                if peers.get(name) not in (None, address):
+                    self.transport.remove_peer(name)
+                self.transport.add_peer(name, address)
+        hb = msg.get("heartbeat_timeout_s")
+        if isinstance(hb, (int, float)) and hb > 0:
+            self.transport.heartbeat_timeout_s = float(hb)
+            self.transport.heartbeat_interval_s = min(0.5, float(hb) / 4)
+
+    def _h_plan(self, c: _Client, msg: dict, blob: bytes | None) -> None:
+        pid, sid = int(msg["plan"]), int(msg["session"])
+        try:
+            if blob is None:
+                raise InvalidArgumentError("plan message without its graph")
+            actors = c.sessions.setdefault(sid, {})
+            built = []
+            for prt in decode_parts(blob):
+                dev = prt["device"]
+                actor = actors.get(dev)
+                if actor is None:
+                    actor = actors[dev] = DeviceActor(dev)
+                plan = build_plan(prt["nodes"], [(fn, 0) for fn, _ in prt["feeds"]],
+                                  [(p, idx) for p, idx, _ in prt["fetches"]],
+                                  resources=actor.resources,
+                                  frame_parents=prt["frame_parents"])
+                if msg.get("compile", True):
+                    from dcf.frame_compiler import compile_frames
+
+                    compile_frames(plan)
+                built.append((dev, plan, [k for _, k in prt["feeds"]],
+                              [k for _, _, k in prt["fetches"]]))
+            c.plans[pid] = _Plan(sid, built, bool(msg.get("compile", True)))
+        except Exception as e:  # reported to the run that uses this plan
+            c.plans[pid] = e
+
+    def _h_run(self, c: _Client, msg: dict, blob: bytes | None) -> None:
+        step = int(msg["step"])
+        if step in self.steps:
+            return
+        c.steps.add(step)
+        task = asyncio.get_running_loop().create_task(
+            self._run_step(c, step, int(msg["plan"]), bool(msg.get("trace", False))))
+        self.steps[step] = task
+
+    def _h_abort(self, c: _Client, msg: dict, blob: bytes | None) -> None:
+        self._abort(int(msg["step"]))
+
+    def _h_release(self, c: _Client, msg: dict, blob: bytes | None) -> None:
+        sid = int(msg["session"])
+        c.sessions.pop(sid, None)
+        for pid in [p for p, pl in c.plans.items()
+                    if not isinstance(pl, BaseException) and pl.session == sid]:
+            del c.plans[pid]
+
+    def _h_detach(self, c: _Client, msg: dict, blob: bytes | None) -> None:
+        self._drop_client(c)
+
+    def _h_shutdown(self, c: _Client, msg: dict, blob: bytes | None) -> None:
+        self.stop()
+
+    def _h_debug(self, c: _Client, msg: dict, blob: bytes | None) -> None:
+        if "record_keys" in msg:
+            self.recorded_keys = [] if msg["record_keys"] else None
+
+    def _h_stats(self, c: _Client, msg: dict, blob: bytes | None) -> None:
+        keys = self.recorded_keys or []
+        info = {"transport": dict(self.transport.stats),
+                "rejections": dict(self.transport.rejections),
+                "steps": len(self.steps), "feeds": len(self.feeds),
+                "rendezvous": self.rendezvous.pending(),
+                "sessions": sum(len(x.sessions) for x in self.clients.values()),
+                "plans": sum(len(x.plans) for x in self.clients.values()),
+                "pid": os.getpid()}
+        self.transport.send_control(c.name, {"type": "stats", "req": msg.get("req"),
+                                             "info": info},
+                                    msgpack.packb([list(k) for k in keys], use_bin_type=True))
+
+    # ---------------------------------------------------------------- steps
+    def _abort(self, step: int) -> None:
+        t = self.steps.get(step)
+        if t is not None:
+            t.cancel()
+        self.feeds.pop(step, None)
+        self.rendezvous.abort_step(step, RuntimeError("aborted"))
+        self.rendezvous.end_step(step)
+
+    async def _run_step(self, c: _Client, step: int, pid: int, trace: bool) -> None:
+        send = self.transport.send_control
+        try:
+            plan = c.plans.get(pid)
+            if plan is None:
+                raise InvalidArgumentError(f"worker {self.name} has no plan {pid}")
+            if isinstance(plan, BaseException):
+                raise plan
+            feeds = self.feeds.pop(step, {})
+            actors = c.sessions[plan.session]
+            coros = []
+            for dev, p, feed_keys, _ in plan.parts:
+                missing = [k for k in feed_keys if k not in feeds]
+                if missing:
+                    raise InvalidArgumentError(f"feeds {missing} of step {step} never arrived")
+                coros.append(actors[dev].run_step(p, [feeds[k] for k in feed_keys], step,
+                                                  self.rendezvous, trace=trace,
+                                                  compiled=plan.compiled))
+            exs = await _gather_fail_fast(coros)
+            events: list = []
+            for ex, (dev, _, _, fetch_keys) in zip(exs, plan.parts):
+                for local, k in enumerate(fetch_keys):
+                    v = _host(ex.results[local])
+                    key = (step, FETCH, (k,))
+                    if v is DEAD or v is None:
+                        self.transport.send_tensor(c.name, key, None, is_dead=True)
+                    else:
+                        try:
+                            self.transport.send_tensor(c.name, key, v)
+                        except CodecError as e:
+                            raise InvalidArgumentError(
+                                f"fetch {k} on {dev} cannot be sent to the client: {e}") from e
+                if trace:
+                    events.extend([dev, *ev] for ev in ex.trace)
+            send(c.name, {"type": "done", "step": step,
+                          "fired": sum(ex.fired_total for ex in exs),
+                          "clock": time.time() - time.perf_counter()},
+                 msgpack.packb(events, use_bin_type=True, default=_plain) if trace else None)
+        except asyncio.CancelledError:
+            pass  # aborted by the client: it already knows
+        except Exception as e:
+            log.debug("worker %s: step %s failed", self.name, step, exc_info=True)
+            if c.name in self.clients:
+                send(c.name, error_to_msg(step, e))
+        finally:
+            self.steps.pop(step, None)
+            c.steps.discard(step)
+            self.feeds.pop(step, None)
+            self.rendezvous.end_step(step)
+
+
+_HANDLERS = {
+    "attach": WorkerHost._h_attach,
+    "peers": WorkerHost._h_peers,
+    "plan": WorkerHost._h_plan,
+    "run": WorkerHost._h_run,
+    "abort": WorkerHost._h_abort,
+    "release": WorkerHost._h_release,
+    "detach": WorkerHost._h_detach,
+    "shutdown": WorkerHost._h_shutdown,
+    "debug": WorkerHost._h_debug,
+    "stats": WorkerHost._h_stats,
+}
+
+
+async def _gather_fail_fast(coros: list) -> list:
+    if len(coros) == 1:
+        return [await coros[0]]
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        for t in done:
+            if not t.cancelled() and t.exception() is not None:
+                raise t.exception()  # type: ignore[misc]
+        return [t.result() for t in tasks]
+    finally:
+        for t in tasks:
+            if not t.done():
+                t.cancel()
+
+
+def _host(v: Any) -> Any:
+    get = getattr(v, "get", None)  # cupy arrays come back to the host
+    if get is not None and hasattr(v, "__cuda_array_interface__"):
+        return get()
+    return v
+
+
+def _plain(obj: Any) -> Any:
+    if hasattr(obj, "item"):
+        return obj.item()
+    return str(obj)
+
+
+# ------------------------------------------------------------------- main
+def _watch_stdin(loop: asyncio.AbstractEventLoop, host: WorkerHost) -> None:
+    """Stop when stdin closes: the client that started this worker has gone."""
+    try:
+        while os.read(0, 4096):   # raw reads: no buffered-reader lock at shutdown
+            pass
+    except OSError:
+        pass
+    loop.call_soon_threadsafe(host.stop)
+
+
+async def _watch_parent(host: WorkerHost, ppid: int) -> None:
+    while True:
+        await asyncio.sleep(1.0)
+        if os.getppid() != ppid:
+            host.stop()
+            return
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m dcf.worker`` and the ``dcf-worker`` console script."""
+    ap = argparse.ArgumentParser(
+        prog="dcf-worker", description="Run one worker task of a dcf cluster.")
+    ap.add_argument("--cluster", metavar="FILE", help="cluster spec JSON (see README)")
+    ap.add_argument("--task", type=int, default=None,
+                    help="this worker's task index (default: $DCF_TASK_INDEX)")
+    ap.add_argument("--job", default="worker", help="job name in the spec (default: worker)")
+    ap.add_argument("--bind", default=None,
+                    help="ZeroMQ endpoint to bind (default: this task's spec address)")
+    ap.add_argument("--client", metavar="ADDR", help=argparse.SUPPRESS)
+    ap.add_argument("--client-name", default="client", help=argparse.SUPPRESS)
+    ap.add_argument("--heartbeat-timeout", type=float, default=5.0,
+                    help="seconds of silence after which a client counts as lost")
+    ap.add_argument("--log-level", default=os.environ.get("DCF_WORKER_LOG", "WARNING"))
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s dcf-worker %(levelname)s %(message)s")
+    task = args.task
+    if task is None:
+        env = os.environ.get("DCF_TASK_INDEX")
+        if env is None:
+            ap.error("give --task N (or set DCF_TASK_INDEX)")
+        task = int(env)
+    secret: bytes | None = None
+    curve: tuple | None = None
+    client = None
+    if args.client:
+        # Started by Cluster.local: the secret is the first line on stdin, never argv.
+        line = sys.stdin.buffer.readline().strip()
+        if not line:
+            ap.error("--client needs the secret on stdin")
+        secret = bytes.fromhex(line.decode("ascii"))
+        bind = args.bind or "tcp://127.0.0.1:*"
+        client = (args.client_name, args.client)
+    else:
+        if not args.cluster:
+            ap.error("give --cluster FILE")
+        from dcf.cluster import load_spec
+
+        spec = load_spec(args.cluster)
+        addresses = spec.jobs.get(args.job)
+        if addresses is None or not 0 <= task < len(addresses):
+            ap.error(f"the spec has no task {task} in job {args.job!r}")
+        bind = args.bind or addresses[task]
+        secret, curve = spec.secret, spec.curve_tuple()
+    loop = new_event_loop()
+    asyncio.set_event_loop(loop)
+    host = WorkerHost(task=task, job=args.job, bind=bind, secret=secret, curve=curve,
+                      heartbeat_timeout_s=args.heartbeat_timeout, client=client)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, host.stop)
+        except (NotImplementedError, RuntimeError):
+            pass
+    if client is not None:
+        threading.Thread(target=_watch_stdin, args=(loop, host), daemon=True,
+                         name="dcf-worker-stdin").start()
+
+    async def run() -> None:
+        watch = asyncio.ensure_future(_watch_parent(host, os.getppid())) if client else None
+        try:
+            await host.serve()
+        finally:
+            if watch is not None:
+                watch.cancel()
+
+    try:
+        loop.run_until_complete(run())
+    finally:
+        loop.close()
+    return 0
+
+
+def ray_worker_class(ray: Any) -> Any:
+    """The Ray actor class `Cluster.ray` starts: a WorkerHost on a loop thread."""
+
+    class RayWorker:
+        def __init__(self, task: int, secret: bytes, heartbeat_timeout_s: float) -> None:
+            from dcf.actors.remote import LoopThread
+
+            ip = ray.util.get_node_ip_address()
+            self._io = LoopThread("dcf-ray-worker")
+            self._host = WorkerHost(task=task, bind=f"tcp://{ip}:*", secret=secret,
+                                    heartbeat_timeout_s=heartbeat_timeout_s)
+            self._io.call(self._host.start())
+
+        def address(self) -> str:
+            return self._host.address
+
+        def pid(self) -> int:
+            return os.getpid()
+
+    return ray.remote(RayWorker)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,4 @@
+"""tests/core/test_tensor_array.py with /gpu:0 as the default device (see on_gpu.py)."""
+
+from tests.gpu.on_gpu import default_device_is_gpu0  # noqa: F401
+from tests.core.test_tensor_array import *  # noqa: F401,F403
