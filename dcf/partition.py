@@ -5,7 +5,9 @@ per (tensor, destination device), so a dead signal crosses once per device and f
 out there. A device that holds Recvs inside a loop frame gets a control-loop state
 machine for that frame: Enter -> Merge -> Switch(pred) -> NextIteration, fed by the
 loop predicate's value each iteration, whose Merge triggers the Recvs of every
-iteration and whose Switch ends the frame.
+iteration and whose Switch ends the frame. A control edge from a loop's own
+per-iteration trigger (a loop variable's Merge, the body pivot) to another device is
+re-tied to the same trigger of that device's control loop instead of becoming a message.
 """
 
 from __future__ import annotations

@@ -96,8 +96,8 @@ class TensorArray:
             else value
         if v.dtype is not self.dtype:
             at = "" if index is None else f" at index {_describe_index(index)}"
-            raise TypeError(f"TensorArray '{self.name}' holds {self.dtype}: {what} of a "
-                            f"{v.dtype} value{at}")
+            raise TypeError(f"TensorArray '{self.name}' holds {self.dtype}, cannot write "
+                            f"{v.dtype} ({what}{at})")
         return v
 
     # ------------------------------------------------------------- methods
