@@ -125,7 +125,7 @@ def time_part(quick: bool) -> tuple[list[Result], dict, dict]:
                 pooled.setdefault((system, kind, int(b)), []).extend(val.pop("samples"))
                 facts.setdefault(f"{system}_{kind}_b{b}", val)   # first round's build facts
     for b in batches:
-        med = {}
+        med, best = {}, {}
         for system in systems:
             for kind in ("dynamic", "static"):
                 xs = pooled.get((system, kind, b))
@@ -133,12 +133,15 @@ def time_part(quick: bool) -> tuple[list[Result], dict, dict]:
                     continue
                 st = Stats.from_samples(xs)
                 med[(system, kind)] = st.median
+                best[(system, kind)] = st.min
                 results.append(Result.from_stats(f"{system}-{kind}",
                                                  f"train step seq {seq} batch {b}", st))
         for system in systems:
             if (system, "dynamic") in med and (system, "static") in med:
                 ratios[f"{system}:dynamic/static b{b}"] = \
                     med[(system, "dynamic")] / med[(system, "static")]
+                ratios[f"{system}:dynamic/static b{b} (min)"] = \
+                    best[(system, "dynamic")] / best[(system, "static")]
             d, s = facts.get(f"{system}_dynamic_b{b}"), facts.get(f"{system}_static_b{b}")
             if d and s:
                 ratios[f"{system}:build+first run static/dynamic b{b}"] = \
@@ -146,6 +149,7 @@ def time_part(quick: bool) -> tuple[list[Result], dict, dict]:
         for kind in ("dynamic", "static"):
             if ("dcf", kind) in med and ("tf1", kind) in med:
                 ratios[f"{kind}:dcf/tf1 b{b}"] = med[("dcf", kind)] / med[("tf1", kind)]
+                ratios[f"{kind}:dcf/tf1 b{b} (min)"] = best[("dcf", kind)] / best[("tf1", kind)]
     return results, ratios, facts
 
 

@@ -87,6 +87,9 @@ class CondContext(_ContextBase):
         g = t.graph
         with g._control_flow_context(self.outer):
             outs = switch(t, self.pred, name="Switch")
+        info = getattr(self, "info", None)
+        if info is not None:
+            g._cond_of_switch[outs[0].op] = info
         return outs[self.branch]
 
     def capture_control(self, op: Operation) -> Operation:

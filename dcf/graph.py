@@ -231,6 +231,7 @@ class Graph:
         self.version = 0  # bumped on every new op; sessions use it to invalidate plans
         self._cond_of_merge: dict = {}  # Merge op -> CondInfo (for autodiff)
         self._pop_source: dict = {}     # StackPopV2 op -> the forward tensor it saved
+        self._cond_of_switch: dict = {}  # Switch op guarding a captured tensor -> CondInfo
         self._lock = threading.RLock()
 
     # ----------------------------------------------------------------- queries

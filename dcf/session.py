@@ -396,7 +396,7 @@ def _convert_feeds(feed_dict: dict | None, graph: Graph) -> tuple[list, list]:
             raise TypeError(f"{k.op.type} '{k.op.name}': cannot feed {type(v).__name__} as "
                             f"{k.dtype}: {e}") from None
         shp = k.shape
-        got = np.shape(val)
+        got = tuple(val.shape) if hasattr(val, "shape") else np.shape(val)  # also GPU arrays
         if shp is not None and (len(shp) != len(got) or
                                 any(a is not None and a != b for a, b in zip(shp, got))):
             raise InvalidArgumentError(

@@ -12,13 +12,13 @@ does everything an agent does per interaction with its environment:
                    lambda: random action,
                    lambda: argmax Q(s))          # Q is only evaluated when exploiting
     s2, r, done, s_next = py_func(env.step, a)   # the environment lives in the closure
-    buffer[w] = (s, a, r, s2, done)              # scatter updates at a write index Variable
+    table[w] = (s, a, r, done, s2)               # a scatter update at a write index Variable
     w = (w + 1) % capacity;  n = min(n + 1, capacity);  obs = s_next;  t += 1
     loss = cond(n >= learn_start,                # sample and learn only with enough data
                 lambda: huber(Q(S)[A] - (R + gamma (1-D) max_a' Q_target(S2)[a'])),
-                lambda: 0)                       # S, A, R, S2, D = gather(buffer, uniform idx)
+                lambda: 0)                       # S, A, R, D, S2 = gather(table, uniform idx)
     cond(n >= learn_start, lambda: adam.apply(gradients(loss)), ...)
-    cond(t % target_every == 0, lambda: [tv.assign(v) for tv, v in target/online], ...)
+    cond((t + 1) % target_every == 0, lambda: target.assign(online), ...)
 
 The client-driven baseline (`ClientAgent`) runs the same graph pieces with several
 `sess.run` calls per step and makes every decision in Python: act (only when
@@ -28,13 +28,18 @@ refresh the target (every `target_every` steps).
 Semantics note: the gradient is taken of the *output of the learning cond*: when the
 cond does not learn, the gradient cond's untaken branch yields zeros at almost no cost,
 and the Adam update itself sits in a second cond on the same predicate so that it only
-runs (and only moves Adam's moment estimates) when the agent learns.
+runs (and only moves Adam's moment estimates) when the agent learns. (`gradients()` is
+called outside the conds; Variables the learning branch uses are read outside it.)
+
+`python -m bench.dqn` times both agents (and the same two in TF1 where TensorFlow is
+installed); bench/NOTES.md, section dqn, has the figures and the learning results.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import os
 import sys
 import time
@@ -118,7 +123,7 @@ class QNetwork:
         rng = np.random.default_rng(cfg.seed)
         dims = [n_obs, cfg.hidden, cfg.hidden, n_act]
         parts, self.shapes = [], []
-        for a, b in zip(dims[:-1], dims[1:]):
+        for a, b in itertools.pairwise(dims):
             lim = np.sqrt(6.0 / (a + b))                         # Glorot uniform
             parts += [rng.uniform(-lim, lim, a * b), np.zeros(b)]
             self.shapes += [(a, b), (b,)]

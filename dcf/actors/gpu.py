@@ -37,6 +37,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import functools
+import gc
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -57,9 +59,12 @@ __all__ = ["GpuDevice", "GpuActor", "GpuResources", "GpuStackStore", "make_gpu_a
 SWAP_MIN_BYTES = 64 << 10     # smaller values stay on the device
 PREFETCH_ITEMS = 8            # swapped entries brought back ahead of each pop, per stack
 D2H_IN_FLIGHT = 16            # swap-out copies queued on the d2h stream at once
+PREFETCH_MAX_USE = 0.95       # prefetch only while pool use stays under this share
+USAGE_EVERY = 16              # swapper decisions re-read pool use this often
 
 _H2D, _D2H = 1, 2             # cudaMemcpyKind
-_ACTIVE: list = [None]        # the GpuDevice whose device and stream are current
+_ACTIVE: list = [None, None]  # the GpuDevice whose device and stream are current, and
+_ident = threading.get_ident   # the thread it was made current in (cupy's state is per thread)
 
 
 # ------------------------------------------------------------------ the device
@@ -109,6 +114,20 @@ class GpuDevice:
         self._device.use()
         self.compute.use()
         _ACTIVE[0] = self
+        _ACTIVE[1] = _ident()
+
+    def relieve(self, attempt: int) -> bool:
+        """Make room after a failed allocation; False when nothing more can be done.
+        0: drop the pool's cached blocks (the pool's limit counts them) and garbage;
+        1: wait for swap-outs in flight (throttling); then give up."""
+        if attempt == 0:
+            gc.collect()
+            self.collect()
+            self.pool.free_all_blocks()
+            return True
+        if attempt == 1:
+            return self.swapper.make_room()
+        return False
 
     def configure(self, limit: int | None, threshold: float) -> None:
         self.limit = int(limit) if limit else None
@@ -121,7 +140,7 @@ class GpuDevice:
         return self.limit or self.total_memory
 
     def used_bytes(self) -> int:
-        if _ACTIVE[0] is not self:
+        if _ACTIVE[0] is not self or _ACTIVE[1] != _ident():
             self.activate()
         return int(self.pool.used_bytes())
 
@@ -133,7 +152,11 @@ class GpuDevice:
 
     def defer(self, event: Any, keep: Any) -> None:
         """Keep `keep` alive until `event` is done (a buffer a copy still uses)."""
-        self._deferred.append((event, keep))
+        d = self._deferred
+        d.append((event, keep))
+        if len(d) > 64:               # copies finish in order per stream: trim the head
+            while d and d[0][0].query():
+                d.popleft()
 
     def collect(self) -> None:
         """Release what finished copies no longer need; run their callbacks."""
@@ -172,6 +195,17 @@ class GpuDevice:
         await fut
 
     # ---------------------------------------------------------- transfers
+    def alloc(self, shape: tuple, dtype: Any, what: str) -> Any:
+        """An uninitialised device array, making room if the budget is reached."""
+        attempt = 0
+        while True:
+            try:
+                return self.cp.empty(shape, dtype)
+            except MemoryError as e:
+                if not self.relieve(attempt):
+                    raise ResourceExhaustedError(self._oom_text(what, e)) from None
+                attempt += 1
+
     def pinned_empty(self, shape: tuple, dtype: Any) -> np.ndarray:
         dtype = np.dtype(dtype)
         n = int(np.prod(shape, dtype=np.int64))
@@ -185,16 +219,11 @@ class GpuDevice:
 
     def to_device(self, host: Any, what: str = "value", where: tuple = ("", -1)) -> Any:
         """Asynchronous host-to-device copy of a numpy array (pinned staging, h2d)."""
-        if _ACTIVE[0] is not self:
+        if _ACTIVE[0] is not self or _ACTIVE[1] != _ident():
             self.activate()
         host = np.asarray(host)
         cp = self.cp
-        try:
-            dst = cp.empty(host.shape, host.dtype)
-        except MemoryError as e:
-            if not self.swapper.make_room():
-                raise ResourceExhaustedError(self._oom_text(what, e)) from None
-            dst = cp.empty(host.shape, host.dtype)
+        dst = self.alloc(host.shape, host.dtype, what)
         n = host.nbytes
         if n == 0:
             return dst
@@ -215,7 +244,7 @@ class GpuDevice:
     def to_host_async(self, arr: Any, what: str = "value",
                       where: tuple = ("", -1)) -> tuple[np.ndarray, Any]:
         """Start a device-to-host copy into pinned memory; returns (host array, event)."""
-        if _ACTIVE[0] is not self:
+        if _ACTIVE[0] is not self or _ACTIVE[1] != _ident():
             self.activate()
         arr = self.cp.ascontiguousarray(arr)
         host = self.pinned_empty(arr.shape, arr.dtype)
@@ -233,10 +262,10 @@ class GpuDevice:
 
     def from_peer(self, gv: _PeerValue, what: str = "value", where: tuple = ("", -1)) -> Any:
         """Copy a value of another GPU of this process here, on the h2d stream."""
-        if _ACTIVE[0] is not self:
+        if _ACTIVE[0] is not self or _ACTIVE[1] != _ident():
             self.activate()
         src = gv.array
-        dst = self.cp.empty(src.shape, src.dtype)
+        dst = self.alloc(src.shape, src.dtype, what)
         s = self.h2d
         self._copy_stream_after_compute(s)
         s.wait_event(gv.event)
@@ -266,7 +295,7 @@ class GpuDevice:
             return self.from_peer(_PeerValue(v, self._record_on(dev), dev), what, where)
         if t is _PeerValue:
             if v.device == self.index:
-                if _ACTIVE[0] is not self:
+                if _ACTIVE[0] is not self or _ACTIVE[1] != _ident():
                     self.activate()
                 self.compute.wait_event(v.event)
                 return v.array
@@ -299,7 +328,7 @@ class GpuDevice:
     def begin_trace(self) -> None:
         self.tracing = True
         self.trace_events = []
-        if _ACTIVE[0] is not self:
+        if _ACTIVE[0] is not self or _ACTIVE[1] != _ident():
             self.activate()
         ref = self.cp.cuda.Event()
         ref.record(self.compute)
@@ -397,6 +426,19 @@ class _Swapper:
         self.out: collections.deque = collections.deque()     # (rec, event) in flight
         self.swapped_bytes = 0
         self.prefetched_bytes = 0
+        self._used = 0          # pool use, sampled: cupy's used_bytes() walks every chunk
+        self._countdown = 0
+
+    def reset(self) -> None:
+        self._countdown = 0
+
+    def usage(self) -> int:
+        """Device pool bytes in use, re-read every USAGE_EVERY calls."""
+        self._countdown -= 1
+        if self._countdown < 0:
+            self._used = self.gpu.used_bytes()
+            self._countdown = USAGE_EVERY
+        return self._used
 
     def push(self, value: Any, swappable: bool) -> Any:
         gpu = self.gpu
@@ -409,7 +451,7 @@ class _Swapper:
             return rec
         if self.out:
             self.collect()
-        if gpu.used_bytes() < gpu.swap_threshold * gpu.capacity:
+        if self.usage() < gpu.swap_threshold * gpu.capacity:
             return value
         rec = _Rec(value, key)
         self.by_key[key] = rec
@@ -464,7 +506,7 @@ class _Swapper:
 
     def pop(self, rec: _Rec, below: list) -> Any:
         gpu = self.gpu
-        if _ACTIVE[0] is not gpu:
+        if _ACTIVE[0] is not gpu or _ACTIVE[1] != _ident():
             gpu.activate()
         st = rec.state
         if st == _Rec.HOST:
@@ -492,12 +534,7 @@ class _Swapper:
 
     def _fetch(self, rec: _Rec, waited: list | None = None) -> None:
         gpu = self.gpu
-        try:
-            dst = gpu.cp.empty(rec.shape, rec.dtype)
-        except MemoryError:
-            if not self.make_room():
-                raise
-            dst = gpu.cp.empty(rec.shape, rec.dtype)
+        dst = gpu.alloc(rec.shape, rec.dtype, "a swapped-in stack value")
         s = gpu.h2d
         if waited is None or not waited[0]:
             gpu._copy_stream_after_compute(s)
@@ -518,11 +555,15 @@ class _Swapper:
     def _prefetch(self, below: list) -> None:
         waited = [False]
         n = 0
+        room = self.gpu.capacity * PREFETCH_MAX_USE - self.usage()
         for k in range(len(below) - 1, -1, -1):
             item = below[k]
             if type(item) is not _Rec:
                 continue
             if item.state == _Rec.HOST:
+                room -= item.nbytes
+                if room < 0:
+                    break        # near the budget: the pop itself fetches
                 self._fetch(item, waited)
             n += 1
             if n >= PREFETCH_ITEMS:
@@ -628,6 +669,7 @@ def _kernel_fn(gpu: GpuDevice, name: str, typ: str, frame: str, dev: Any, host: 
     """The executor's callable for one kernel node on `gpu` (see the module docstring)."""
     nd = gpu.ndarray
     active = _ACTIVE
+    ident = _ident
     mode = [0]          # 0: by inputs; 1: always on the device (a pure op seen once)
     convert = [False]   # host inputs go to the device first (learned in slow())
 
@@ -663,7 +705,9 @@ def _kernel_fn(gpu: GpuDevice, name: str, typ: str, frame: str, dev: Any, host: 
             raise first from None
 
     def oom(args: tuple, e: BaseException) -> Any:
-        if gpu.swapper.make_room():
+        attempt = 0
+        while gpu.relieve(attempt):
+            attempt += 1
             try:
                 return run_dev(args)
             except MemoryError as e2:
@@ -671,7 +715,7 @@ def _kernel_fn(gpu: GpuDevice, name: str, typ: str, frame: str, dev: Any, host: 
         raise ResourceExhaustedError(gpu._oom_text(f"{typ} '{name}'", e)) from None
 
     def fn(*args: Any) -> Any:
-        if active[0] is not gpu:
+        if active[0] is not gpu or active[1] != ident():
             gpu.activate()
         if not mode[0]:
             for a in args:
@@ -724,7 +768,7 @@ class _GpuRendezvous:
             return
         peer = self._dst_of.get(key[1])
         if peer is not None:
-            if _ACTIVE[0] is not gpu:
+            if _ACTIVE[0] is not gpu or _ACTIVE[1] != _ident():
                 gpu.activate()
             self._inner.send(key, _PeerValue(value, gpu.record(gpu.compute), gpu.index))
             return
@@ -759,11 +803,13 @@ class GpuActor(DeviceActor):
     """The actor of one "/gpu:K" device: DeviceActor's loop with cupy kernels, plus
     transfers at the partition's edges (feeds, Send/Recv, fetches)."""
 
-    def __init__(self, device: str, gpu: GpuDevice) -> None:
+    def __init__(self, device: str, gpu: GpuDevice, limit: int | None = None,
+                 swap_threshold: float = 0.7) -> None:
         self.gpu = gpu
         super().__init__(device, GpuResources(device, xp=gpu.cp, gpu=gpu))
         self.xp = gpu.cp
         self._dst: dict[int, dict] = {}
+        self._memory = (int(limit) if limit else None, float(swap_threshold))
 
     def _peer_edges(self, plan: Any) -> dict:
         d = self._dst.get(id(plan))
@@ -781,10 +827,13 @@ class GpuActor(DeviceActor):
                        **kw: Any) -> Any:
         gpu = self.gpu
         gpu.activate()
+        if (gpu.limit, gpu.swap_threshold) != self._memory:   # this session's settings
+            gpu.configure(*self._memory)
+        gpu.swapper.reset()
         trace = kw.get("trace", False)
         if trace:
             gpu.begin_trace()
-        feeds = [gpu.import_value(v, "feed") for v in feeds]
+        feeds = [gpu.import_value(v, f"feed {k}") for k, v in enumerate(feeds)]
         view = _GpuRendezvous(rendezvous, gpu, self._peer_edges(plan))
         try:
             ex = await super().run_step(plan, feeds, step, view, **kw)
@@ -795,7 +844,7 @@ class GpuActor(DeviceActor):
                 if type(v) is _PeerValue:
                     v = v.array
                 if type(v) is gpu.ndarray:
-                    host, ev = gpu.to_host_async(v, "fetch")
+                    host, ev = gpu.to_host_async(v, f"fetch {k}")
                     res[k] = host if host.ndim else host[()]
                     pending.append(ev)
             if pending:
@@ -827,7 +876,7 @@ def make_gpu_actor(device: str, config: Any = None) -> GpuActor:
     """The actor of `device` ("/gpu:K"), with the session's memory settings applied."""
     spec = DeviceSpec.parse(device)
     gpu = GpuDevice.get(spec.index or 0)
-    if config is not None:
-        gpu.configure(getattr(config, "gpu_memory_limit", None),
-                      getattr(config, "swap_threshold", 0.7))
-    return GpuActor(device, gpu)
+    limit = getattr(config, "gpu_memory_limit", None)
+    threshold = getattr(config, "swap_threshold", 0.7)
+    gpu.configure(limit, threshold)
+    return GpuActor(device, gpu, limit, threshold)

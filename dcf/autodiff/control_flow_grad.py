@@ -68,7 +68,7 @@ def _targets_inside(state: GradState, ctx: Any) -> list[Tensor]:
 
 # ------------------------------------------------------------------------ cond
 def cond_grad(state: GradState, info: CondInfo, inputs: list[Tensor],
-              out_grads: list) -> tuple[list, dict]:
+              out_grads: list, internal: dict | None = None) -> tuple[list, dict]:
     g = state.graph
     branch_ins: dict[int, list[tuple[Tensor, Tensor]]] = {}
     for b in (1, 0):
@@ -76,20 +76,24 @@ def cond_grad(state: GradState, info: CondInfo, inputs: list[Tensor],
                          for sw_out in info.branches[b]._captured.values()]
     ext = inputs  # same order as the unit's inputs: true branch's, then false branch's
     outs = [m.outputs[0] for m in info.merges]
-    diff = [k for k, o in enumerate(outs) if differentiable(o)]
+    diff = [k for k, o in enumerate(outs) if differentiable(o) and
+            (out_grads[k] is not None or not internal)]
     gy = {}
     for k in diff:
         gy[k] = out_grads[k] if out_grads[k] is not None else _zeros_like(outs[k])
+    internal = internal or {}
+    inner_of = {b: [t for t in internal if _in_branch(t, info.branches[b])] for b in (0, 1)}
     targets = {b: _targets_inside(state, info.branches[b]) for b in (0, 1)}
     all_targets = targets[1] + [t for t in targets[0] if t not in targets[1]]
 
     def branch_fn(b: int):
         def fn() -> list:
-            ys = [info.results[b][k] for k in diff]
+            ys = [info.results[b][k] for k in diff] + inner_of[b]
             sw = [s for _, s in branch_ins[b]]
             xs = sw + targets[b]
             with _grad_classes(g):
-                grads = vjp(state, ys, xs, [gy[k] for k in diff], level=info.branches[b])
+                grads = vjp(state, ys, xs, [gy[k] for k in diff] +
+                            [internal[t] for t in inner_of[b]], level=info.branches[b])
             by_switch = dict(zip(sw, grads[:len(sw)]))
             offset = 0 if b == 1 else len(branch_ins[1])
             res = []
@@ -117,6 +121,17 @@ def cond_grad(state: GradState, info: CondInfo, inputs: list[Tensor],
     it = iter(res)
     full = [next(it) if differentiable(t) else None for t in ext + all_targets]
     return full[:len(ext)], dict(zip(all_targets, full[len(ext):]))
+
+
+def _in_branch(t: Tensor, branch: Any) -> bool:
+    if t in branch._internal:
+        return True
+    c = t.op.ctx
+    while c is not None:
+        if c is branch:
+            return True
+        c = c.outer
+    return False
 
 
 def _zeros_like_static(t: Tensor) -> Tensor:

@@ -172,6 +172,9 @@ class _Units:
         elif op in self.graph._cond_of_merge and \
                 self.graph._cond_of_merge[op].outer is self.level:
             return self._cond(self.graph._cond_of_merge[op])
+        elif op in self.graph._cond_of_switch and \
+                self.graph._cond_of_switch[op].outer is self.level:
+            return self._cond(self.graph._cond_of_switch[op])  # a branch's view of an input
         else:
             start = op.ctx
         try:
@@ -239,8 +242,7 @@ def vjp(state: GradState, ys: list[Tensor], xs: list[Tensor], grad_ys: list,
             return reaches[k]
         reaches[k] = False  # cycles cannot happen at one level
         r = u.kind == "op" and u.obj in state.graph._pop_source
-        if u.kind != "op" and any(_inside(x, u.obj if u.kind == "while" else None)
-                                  for x in state.targets) and _has_inner_target(u, state):
+        if u.kind != "op" and _has_inner_target(u, state):
             r = True
         for t in u.inputs:
             if t in stops:
@@ -298,7 +300,15 @@ def vjp(state: GradState, ys: list[Tensor], xs: list[Tensor], grad_ys: list,
         for t in u.outputs:
             parts = grads.get(t)
             out_grads.append(sum_grads(parts) if parts else None)
-        in_grads, extra = _unit_grad(state, u, out_grads)
+        internal = {}
+        if u.kind == "cond":
+            # second order: a gradient cond used forward-branch values; their gradients
+            # flow into this cond's branches as extra outputs
+            outs = set(u.outputs)
+            for t, parts in grads.items():
+                if t not in outs and parts and units.of(t) is u:
+                    internal[t] = sum_grads(parts)
+        in_grads, extra = _unit_grad(state, u, out_grads, internal)
         for t, gi in zip(u.inputs, in_grads):
             if gi is not None and t not in stops and differentiable(t):
                 grads.setdefault(t, []).append(gi)
@@ -327,8 +337,10 @@ def _has_inner_target(u: _Unit, state: GradState) -> bool:
     return any(_inside(x, info.branches[b]) for b in (0, 1) for x in state.targets)
 
 
-def _unit_grad(state: GradState, u: _Unit, out_grads: list) -> tuple[list, dict]:
-    extra = u.kind == "while" and any(t.op.ctx is u.obj for t in state.stack_grads)
+def _unit_grad(state: GradState, u: _Unit, out_grads: list,
+               internal: dict | None = None) -> tuple[list, dict]:
+    extra = (u.kind == "while" and any(t.op.ctx is u.obj for t in state.stack_grads)) or \
+        bool(internal)
     if all(g is None for g in out_grads) and not extra:
         return [None] * len(u.inputs), {}
     if u.kind == "op":
@@ -341,7 +353,7 @@ def _unit_grad(state: GradState, u: _Unit, out_grads: list) -> tuple[list, dict]
     from dcf.autodiff import control_flow_grad
 
     if u.kind == "cond":
-        return control_flow_grad.cond_grad(state, u.obj, u.inputs, out_grads)
+        return control_flow_grad.cond_grad(state, u.obj, u.inputs, out_grads, internal or {})
     return control_flow_grad.while_grad(state, u.obj, u.inputs, out_grads)
 
 
@@ -354,7 +366,11 @@ def _op_grad(op: Operation, out_grads: list) -> list:
     fn = GRADIENTS[op.type]
     if fn is None:
         return [None] * len(op.inputs)
-    res = fn(op, *out_grads)
+    if "gpu:" in op.device:   # a GPU op's gradient is built on its device (colocated)
+        with op.graph.device(op.device):
+            res = fn(op, *out_grads)
+    else:
+        res = fn(op, *out_grads)
     if isinstance(res, Tensor) or res is None:
         res = [res]
     res = list(res)

@@ -104,13 +104,30 @@ class GradCondContext(_GradMixin, CondContext):
             return got
         if _belongs(t, self.forward):
             loop = self._loop_for(t)
-            # a forward branch value is live exactly when this gradient branch runs
-            got = t if loop is None else loop.saved_value(t, pop_ctx=self)
+            # a forward branch value is live exactly when this gradient branch runs; it
+            # still enters through its own Switch so the gradient cond is differentiable
+            got = self._raw_switch(t) if loop is None else loop.saved_value(t, pop_ctx=self)
+        elif t.op.ctx is not None and t.op.ctx.while_ctx is None and \
+                t.op.ctx not in (self.outer.chain() if self.outer is not None else []):
+            # a value of another forward branch (second order): dead exactly when that
+            # branch was not taken, which is when nothing here needs it live
+            got = self._raw_switch(t)
         else:
             got = self._route_in(t)
         self._captured[t] = got
         self._internal.add(got)
         return got
+
+
+    def _raw_switch(self, t: Tensor) -> Tensor:
+        """Switch(t, pred) in the outer context although t lives in a forward branch
+        (no capture checks: t is dead exactly when this branch is not taken)."""
+        g = t.graph
+        with g._control_flow_context(self.outer), g.control_dependencies(None):
+            op = g.create_op("Switch", [t, self.pred], [t.type, t.type], name="Switch",
+                             opdef=OPS["Switch"], ctx=self.outer)
+        g._cond_of_switch[op] = self.info
+        return op.outputs[self.branch]
 
 
 class GradWhileContext(_GradMixin, WhileContext):

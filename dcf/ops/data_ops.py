@@ -367,3 +367,5 @@ register(OpDef("StackPushV2", kernel=_stack_push, infer=lambda h, v, **kw: v, st
 register(OpDef("StackPopV2", kernel=_stack_pop, stateful=True,
                infer=lambda h, *, elem_type, shape: TensorType(elem_type, shape)))
 not_differentiable("StackV2", "StackPushV2", "StackPopV2")
+# As in TF 1: no gradient flows through arbitrary Python (None, not an error).
+not_differentiable("PyFunc", "PyFuncStateless")

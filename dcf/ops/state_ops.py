@@ -77,7 +77,7 @@ register(OpDef("AssignSubVariableOp", infer=_value_infer, kernel=_assign_sub_ker
                stateful=True))
 register(OpDef("ResourceScatter", infer=lambda h, i, u, *, dtype, mode, shape:
                TensorType(dtype, shape), kernel=_scatter_update_kernel, stateful=True))
-not_differentiable("VarHandleOp", "AssignVariableOp", "AssignAddVariableOp",
+not_differentiable("VarHandleOp", "ReadVariableOp", "AssignVariableOp", "AssignAddVariableOp",
                    "AssignSubVariableOp", "ResourceScatter")
 
 

@@ -19,11 +19,8 @@ F64 = dcf.float64
 
 
 def _py_func(fn, inputs, name=None):
-    """A float64 py_func. Declared with a second, unused output: a single-output
-    py_func's value is currently wrapped in a 1-tuple (tests/core/test_sessions.py::
-    test_single_output_py_func_value_is_not_wrapped_in_a_tuple)."""
-    out, _ = dcf.py_func(lambda *a: (fn(*a), 0), list(inputs), [F64, dcf.int32], name=name)
-    return out
+    """A float64 py_func (unknown static shape)."""
+    return dcf.py_func(fn, list(inputs), F64, name=name)
 
 
 # ------------------------------------------------------------------ zeros vs None
@@ -119,7 +116,7 @@ def test_register_gradient_for_py_func(compiled):
     old = GRADIENTS.get("PyFunc", "absent")
     try:
         @dcf.RegisterGradient("PyFunc")
-        def _cube_grad(op, g, _g_int):
+        def _cube_grad(op, g):
             return [g * 3.0 * op.inputs[0] * op.inputs[0]]
         x = dcf.placeholder(F64, ())
 
@@ -135,23 +132,42 @@ def test_register_gradient_for_py_func(compiled):
             GRADIENTS["PyFunc"] = old
 
 
+def _no_grad_op(x, name):
+    """An op type with a kernel but no registered gradient (unlike PyFunc, which TF 1 and
+    dcf declare not differentiable)."""
+    from dcf.ops.registry import OPS, OpDef, apply, register
+
+    if "TestNoGradient" not in OPS:
+        register(OpDef("TestNoGradient", infer=lambda t: t, kernel=lambda xp, v: v))
+    return apply("TestNoGradient", [x], name=name)
+
+
 def test_op_without_gradient_raises_lookup_error_naming_type_and_op():
     x = dcf.placeholder(F64, ())
-    y = _py_func(np.sin, [x], name="my_env_step")
-    with pytest.raises(LookupError, match=r"no gradient registered for op type 'PyFunc' "
+    y = _no_grad_op(x, name="my_env_step")
+    with pytest.raises(LookupError, match=r"no gradient registered for op type 'TestNoGradient' "
                        r"\(op 'my_env_step'\)\.\n  Wrap its output in dcf\.stop_gradient, "
-                       r"or register one with @dcf\.RegisterGradient\(\"PyFunc\"\)\."):
+                       r"or register one with @dcf\.RegisterGradient\(\"TestNoGradient\"\)\."):
         dcf.gradients(y, [x])
     assert dcf.gradients(dcf.stop_gradient(y) * x, [x])[0] is not None
 
 
 def test_op_without_gradient_inside_loop_raises_lookup_error():
     x = dcf.placeholder(F64, ())
+
     def body(i, a):
-        return i + 1, dcf.reshape(_py_func(np.sin, [a], name="envstep"), [])
+        return i + 1, _no_grad_op(a, name="envstep")
     out = dcf.while_loop(lambda i, a: i < 2, body, (0, x))[1]
-    with pytest.raises(LookupError, match=r"op type 'PyFunc' \(op 'while/envstep'\)"):
+    with pytest.raises(LookupError, match=r"op type 'TestNoGradient' \(op 'while/envstep'\)"):
         dcf.gradients(out, [x])
+
+
+def test_py_func_is_not_differentiable_like_tf1():
+    x = dcf.placeholder(F64, ())
+    y = dcf.reshape(_py_func(np.sin, [x]), [])
+    assert dcf.gradients(y, [x]) == [None]
+    (g,) = dcf.gradients(y * x, [x])
+    assert g is not None
 
 
 # ------------------------------------------------------------------ back_prop=False

@@ -18,7 +18,7 @@ import dcf
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 PAGES = ("control-flow.md", "gradients.md", "devices-and-clusters.md",
          "gpus-and-swapping.md", "rl.md", "services.md")
-_FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.M | re.S)
+_FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 
 
 def blocks() -> list:
@@ -55,7 +55,7 @@ def test_block_runs(page: str, line: int, code: str, tmp_path, monkeypatch) -> N
     _check_needs(code)
     monkeypatch.chdir(tmp_path)
     dcf.reset_default_graph()
-    exec(compile(code, f"docs/{page}:{line}", "exec"), {"__name__": f"docs_{page}"})
+    exec(compile(code, f"docs/{page}:{line}", "exec"), {"__name__": f"docs_{page}"})  # noqa: S102
 
 
 def test_the_guide_has_its_pages_and_shows_the_tools() -> None:

@@ -14,8 +14,8 @@ pytest.importorskip("gymnasium")
 
 ROOT = Path(__file__).resolve().parents[2]
 
-TINY = dict(hidden=8, batch=8, capacity=32, learn_start=10, target_every=7,
-            eps_decay_steps=20)
+TINY = {"hidden": 8, "batch": 8, "capacity": 32, "learn_start": 10, "target_every": 7,
+        "eps_decay_steps": 20}
 
 
 @pytest.fixture
@@ -71,7 +71,8 @@ def test_train_reports_returns_and_learning_curve_png(dqn, tmp_path):
     assert len(res["returns"]) == len(res["episode_ends"])
     pytest.importorskip("matplotlib")
     path = dqn.plot_learning_curve(res, str(tmp_path / "curve.png"))
-    assert open(path, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    with open(path, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
 def test_bench_dqn_measures_both_agents(dqn, capsys):

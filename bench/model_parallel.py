@@ -1,0 +1,164 @@
+"""Paper Fig. "8-layer LSTM parallel speedup": one training step of an 8-layer LSTM
+written as a single while loop over time whose body is partitioned across devices,
+one contiguous group of layers per device (8 layers on 2 devices: 4 and 4). The
+backward loop is partitioned the same way (a GPU op's gradient is built on its
+device). Reported: step time and speedup over one device, for 1, 2, 4, ... devices.
+
+    python -m bench.model_parallel --out bench/results/model_parallel-DATE-CARD.json
+    python -m bench.model_parallel --cpu --max-devices 2 --quick     # on CPU devices
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from bench import gpu_common as G
+from bench.harness import Result, Stats, base_argparser, report
+
+BENCH = "model_parallel"
+
+
+class MultiLayerLSTM:
+    def __init__(self, devs: list[str], layers: int, B: int, U: int, D: int, pi: int) -> None:
+        import dcf
+        from dcf import nn
+
+        ldev = [devs[k * len(devs) // layers] for k in range(layers)]
+        self.layer_devices = ldev
+        self.g = dcf.Graph()
+        with self.g.as_default():
+            with dcf.device(ldev[0]):
+                self.x = dcf.placeholder(dcf.float32, [None, B, D], name="x")
+                steps = dcf.shape(self.x)[0]
+                in_ta = dcf.TensorArray(dcf.float32, size=steps, element_shape=(B, D),
+                                        name="inputs").unstack(self.x)
+            cells, state0 = [], []
+            for k in range(layers):
+                with dcf.device(ldev[k]):
+                    cells.append(nn.LSTMCell(U, name=f"layer{k}"))
+                    state0 += [dcf.zeros([B, U]), dcf.zeros([B, U])]
+
+            def body(t, *flat):
+                with dcf.device(ldev[0]):
+                    inp = in_ta.read(t)
+                new = []
+                for k in range(layers):
+                    with dcf.device(ldev[k]):
+                        h, st = cells[k](inp, nn.LSTMStateTuple(flat[2 * k], flat[2 * k + 1]))
+                        new += [st.c, st.h]
+                        inp = h
+                with dcf.device(ldev[0]):
+                    t1 = t + 1
+                return (t1,) + tuple(new)
+
+            with dcf.device(ldev[0]):
+                res = dcf.while_loop(lambda t, *_: t < steps, body, (0,) + tuple(state0),
+                                     parallel_iterations=pi)
+            with dcf.device(ldev[-1]):
+                self.loss = dcf.reduce_sum(res[-1])
+                self.train = dcf.train.GradientDescentOptimizer(1e-6).minimize(self.loss)
+            init = dcf.global_variables_initializer()
+        self.sess = dcf.Session(self.g)
+        self.sess.run(init)
+
+    def step(self, xv: Any) -> float:
+        return float(self.sess.run([self.loss, self.train], {self.x: xv})[0])
+
+    def close(self) -> None:
+        self.sess.close()
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = base_argparser(__doc__.splitlines()[0])
+    ap.add_argument("--cpu", action="store_true", help="use CPU devices /cpu:K")
+    ap.add_argument("--max-devices", type=int, default=None)
+    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--units", type=int, default=None, help="default 1024 (32 with --cpu)")
+    ap.add_argument("--batch", type=int, default=None, help="default 256 (16 with --cpu)")
+    ap.add_argument("--steps", type=int, default=None, help="sequence length (default 100)")
+    ap.add_argument("--parallel-iterations", type=int, default=32)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args(argv)
+
+    cpu = args.cpu
+    if not cpu and G.gpu_count() == 0:
+        G.skip(BENCH, "no GPU visible (--cpu runs on CPU devices)", args.out)
+    avail = args.max_devices or (2 if cpu else G.gpu_count())
+    if not cpu:
+        avail = min(avail, G.gpu_count())
+    counts = [n for n in (1, 2, 4, 8) if n <= avail and n <= args.layers]
+    U = args.units or (32 if cpu else 1024)
+    B = args.batch or (16 if cpu else 256)
+    D = U
+    T = args.steps or (10 if (cpu or args.quick) else 100)
+    repeat = 1 if args.quick else args.repeat
+    config = {"card": "cpu" if cpu else G.card_name(0), "date": G.today(),
+              "layers": args.layers, "units": U, "batch": B, "depth": D, "steps": T,
+              "parallel_iterations": args.parallel_iterations, "device_counts": counts,
+              "repeat": repeat}
+    rng = np.random.default_rng(0)
+    xv_host = (rng.standard_normal((T, B, D)) * 0.1).astype(np.float32)
+    results: list[Result] = []
+    times: dict[int, float] = {}
+    losses: dict[int, float] = {}
+    for n in counts:
+        devs = G.devices(n, cpu)
+        m = MultiLayerLSTM(devs, args.layers, B, U, D, args.parallel_iterations)
+        try:
+            if cpu:
+                xv = xv_host
+            else:
+                from dcf import gpu_devices
+
+                G.gpu_device(0).activate()
+                xv = gpu_devices.backend().asarray(xv_host)
+            losses[n] = m.step(xv)              # warm-up (and plan compilation)
+            samples = []
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                m.step(xv)
+                samples.append(time.perf_counter() - t0)
+        finally:
+            m.close()
+        st = Stats.from_samples(samples)
+        times[n] = st.median
+        results.append(Result.from_stats("dcf", f"step ms devices={n}", st))
+        print(f"  devices={n}: {st.median * 1e3:9.2f} ms/step  layers on {m.layer_devices}",
+              flush=True)
+        del m
+        G.release_device_memory()
+    ratios = {f"speedup devices={n}": times[counts[0]] / t for n, t in times.items()}
+    config["first_step_loss"] = losses
+    payload = report(BENCH, config, results, ratios, args.out)
+    if args.out and args.out.endswith(".json"):
+        _plot(counts, times, config, args.out[:-5] + ".png")
+    return payload
+
+
+def _plot(counts: list, times: dict, config: dict, path: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(counts, [times[counts[0]] / times[n] for n in counts], marker="o", label="dcf")
+    ax.plot(counts, counts, ls="--", color="grey", label="linear")
+    ax.set_xlabel("devices")
+    ax.set_ylabel("speedup over 1 device")
+    ax.set_title(f"{config['layers']}-layer LSTM ({config['units']} units, batch "
+                 f"{config['batch']}, {config['steps']} steps)\n{config['card']}, "
+                 f"{config['date']}", fontsize=9)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()

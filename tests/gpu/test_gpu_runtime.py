@@ -1,0 +1,322 @@
+"""The GPU runtime: placement and transfers, mixed CPU/GPU loops, memory budget and
+swapping, traces with one track per stream (dcf/actors/gpu.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import dcf
+from dcf import nn
+from dcf.errors import ResourceExhaustedError
+
+
+def _gpu():
+    from dcf.actors.gpu import GpuDevice
+
+    return GpuDevice.get(0)
+
+
+def _run(fetches, feed=None, config=None, init=False):
+    with dcf.Session(config=config) as sess:
+        if init:
+            sess.run(dcf.global_variables_initializer())
+        return sess.run(fetches, feed)
+
+
+def _close(a, b, tol=1e-5):
+    for x, y in zip(a, b):
+        x, y = np.asarray(x), np.asarray(y)
+        assert x.shape == y.shape and x.dtype == y.dtype
+        np.testing.assert_allclose(x, y, rtol=tol, atol=tol * max(1.0, float(np.abs(y).max(
+            initial=0.0))))
+
+
+# ------------------------------------------------------------------ basics
+def test_matmul_runs_on_the_gpu_and_fetches_numpy(rng):
+    a, b = rng.standard_normal((64, 32)), rng.standard_normal((32, 16))
+    before = _gpu().stats["h2d_bytes"]
+    with dcf.device("/gpu:0"):
+        y = dcf.matmul(dcf.constant(a), dcf.constant(b))
+        s = dcf.reduce_sum(y)
+    got, total = _run([y, s])
+    assert type(got) is np.ndarray and isinstance(total, np.generic)
+    np.testing.assert_allclose(got, a @ b, rtol=1e-10)
+    assert _gpu().stats["h2d_bytes"] > before          # the constants went to the device
+
+
+def test_a_device_array_can_be_fed_directly(rng):
+    from dcf import gpu_devices
+
+    cp = gpu_devices.backend()
+    xv = rng.standard_normal((8, 8)).astype(np.float32)
+    with dcf.device("/gpu:0"):
+        x = dcf.placeholder(dcf.float32, [8, 8])
+        y = dcf.tanh(x) * 2.0
+    np.testing.assert_allclose(_run(y, {x: cp.asarray(xv)}), np.tanh(xv) * 2, rtol=1e-6)
+
+
+def test_integer_loop_counters_stay_on_the_host(rng):
+    """A loop whose counter and predicate live on the GPU device runs without the host
+    waiting on the GPU: int scalars are host-memory values (as TF keeps int32)."""
+    w = rng.standard_normal((16, 16)) * 0.1
+    with dcf.device("/gpu:0"):
+        _, x = dcf.while_loop(lambda i, x: i < 20, lambda i, x: (i + 1, dcf.tanh(x @ w)),
+                              (0, dcf.constant(np.eye(16))))
+    want = np.eye(16)
+    for _ in range(20):
+        want = np.tanh(want @ w)
+    np.testing.assert_allclose(_run(x), want, rtol=1e-10)
+
+
+def test_a_predicate_computed_from_device_data(rng):
+    with dcf.device("/gpu:0"):
+        _, x = dcf.while_loop(lambda i, x: dcf.reduce_sum(x) < 100.0,
+                              lambda i, x: (i + 1, x * 1.5), (0, dcf.ones([4, 4])))
+    want = np.ones((4, 4))
+    while want.sum() < 100:
+        want = want * 1.5
+    np.testing.assert_allclose(_run(x), want, rtol=1e-6)
+
+
+# ------------------------------------------------------------ mixed placement
+def test_mixed_cpu_and_gpu_placement_inside_one_loop(rng):
+    """Each iteration crosses devices four times: GPU matmul, CPU py_func, CPU tanh,
+    GPU add; the loop's control state machines run on both."""
+    w = rng.standard_normal((8, 8)) * 0.3
+    calls = []
+
+    def host_scale(v):
+        assert isinstance(v, np.ndarray)      # py_func inputs are host values
+        calls.append(1)
+        return v * 0.5
+
+    def build(gpu):
+        g = dcf.Graph()
+        with g.as_default():
+            def body(i, x):
+                with dcf.device("/gpu:0" if gpu else "/cpu:0"):
+                    y = x @ w
+                z = dcf.py_func(host_scale, [y], dcf.float64)
+                z = dcf.reshape(z, [8, 8])
+                with dcf.device("/cpu:0"):
+                    z = dcf.tanh(z)
+                with dcf.device("/gpu:0" if gpu else "/cpu:0"):
+                    return i + 1, z + x * 0.1
+            with dcf.device("/gpu:0" if gpu else "/cpu:0"):
+                _, out = dcf.while_loop(lambda i, x: i < 7, body,
+                                        (0, dcf.constant(np.eye(8))), parallel_iterations=4)
+        return g, out
+
+    g, out = build(False)
+    with dcf.Session(g) as s:
+        want = s.run(out)
+    g, out = build(True)
+    with dcf.Session(g) as s:
+        got = s.run(out)
+    np.testing.assert_allclose(got, want, rtol=1e-10)
+    assert len(calls) == 14
+
+
+def test_rnn_with_the_cell_on_gpu_and_the_loss_on_cpu(rng):
+    xv = rng.standard_normal((5, 4, 3)).astype(np.float32)
+
+    def build(cell_dev):
+        g = dcf.Graph()
+        with g.as_default():
+            x = dcf.placeholder(dcf.float32, [5, 4, 3])
+            with dcf.device(cell_dev):
+                cell = nn.LSTMCell(6, name="cell")
+                out, st = nn.dynamic_rnn(cell, x, dtype=dcf.float32, time_major=True)
+            with dcf.device("/cpu:0"):
+                loss = dcf.reduce_sum(out * out) + dcf.reduce_sum(st.c)
+            grads = dcf.gradients(loss, cell.variables)
+            init = dcf.global_variables_initializer()
+        return g, x, [loss] + grads, init
+
+    res = []
+    for dev in ("/cpu:0", "/gpu:0"):
+        g, x, f, init = build(dev)
+        with dcf.Session(g) as s:
+            s.run(init)
+            res.append(s.run(f, {x: xv}))
+    _close(res[1], res[0], 1e-4)
+
+
+def test_two_gpus_in_one_loop(rng, gpu_count):
+    if gpu_count < 2:
+        pytest.skip("needs two GPUs")
+    w0, w1 = rng.standard_normal((32, 32)) * 0.2, rng.standard_normal((32, 32)) * 0.2
+
+    def build(d0, d1):
+        g = dcf.Graph()
+        with g.as_default():
+            def body(i, a, b):
+                with dcf.device(d0):
+                    a2 = dcf.tanh(a @ w0)
+                with dcf.device(d1):
+                    b2 = dcf.tanh(b @ w1 + a2)
+                return i + 1, a2, b2
+            with dcf.device(d0):
+                r = dcf.while_loop(lambda i, a, b: i < 10, body,
+                                   (0, dcf.constant(np.eye(32)), dcf.constant(np.eye(32))))
+        return g, r[2]
+
+    outs = []
+    for devs in (("/cpu:0", "/cpu:0"), ("/gpu:0", "/gpu:1")):
+        g, out = build(*devs)
+        with dcf.Session(g) as s:
+            outs.append(s.run(out))
+    np.testing.assert_allclose(outs[1], outs[0], rtol=1e-9)
+
+
+# ------------------------------------------------------------ memory & swap
+B, U, D, T = 128, 128, 16, 40
+
+
+def _lstm_step(swap, forward_only=False, seed=0):
+    g = dcf.Graph()
+    with g.as_default(), dcf.device("/gpu:0"):
+        x = dcf.placeholder(dcf.float32, [T, B, D])
+        cell = nn.LSTMCell(U, name="cell")
+        out, st = nn.dynamic_rnn(cell, x, dtype=dcf.float32, time_major=True,
+                                 swap_memory=swap)
+        loss = dcf.reduce_sum(st.h) + 0.01 * dcf.reduce_sum(out)
+        fetch = [loss] if forward_only else [loss] + dcf.gradients(loss, cell.variables)
+        init = dcf.global_variables_initializer()
+    xv = np.random.default_rng(seed).standard_normal((T, B, D)).astype(np.float32)
+    return g, fetch, {x: xv}, init
+
+
+def _run_lstm(swap, config=None, forward_only=False):
+    g, fetch, feed, init = _lstm_step(swap, forward_only)
+    with dcf.Session(g, config=config) as s:
+        s.run(init)
+        return s.run(fetch, feed)
+
+
+def _in_use() -> int:
+    import gc
+
+    gc.collect()
+    gpu = _gpu()
+    gpu.collect()
+    gpu.activate()
+    gpu.pool.free_all_blocks()
+    return gpu.used_bytes()
+
+
+def _peak_bytes(fn):
+    """fn()'s result and the pool's high-water mark while it ran, in bytes."""
+    gpu = _gpu()
+    _in_use()
+    out = fn()
+    gpu.activate()
+    return out, int(gpu.pool.total_bytes())
+
+
+def test_swap_on_and_off_give_identical_gradients():
+    stats = _gpu().stats
+    plain = _run_lstm(False)
+    before = stats["swap_out_bytes"], stats["swap_in_bytes"]
+    swapped = _run_lstm(True, dcf.SessionConfig(swap_threshold=0.0))
+    assert stats["swap_out_bytes"] > before[0]          # values did go to the host
+    assert stats["swap_in_bytes"] > before[1]           # and came back
+    for a, b in zip(plain, swapped):
+        np.testing.assert_array_equal(a, b)              # bit for bit
+
+
+def test_inference_only_runs_never_swap():
+    stats = _gpu().stats
+    before = stats["swap_out_bytes"]
+    _run_lstm(True, dcf.SessionConfig(swap_threshold=0.0), forward_only=True)
+    assert stats["swap_out_bytes"] == before
+
+
+def test_a_budget_that_fails_without_swap_fits_with_swap():
+    base = _in_use()
+    want, peak = _peak_bytes(lambda: _run_lstm(False))
+    budget = base + int((peak - base) * 0.7)
+    with pytest.raises(ResourceExhaustedError) as ei:
+        _run_lstm(False, dcf.SessionConfig(gpu_memory_limit=budget))
+    msg = str(ei.value)
+    assert "/gpu:0" in msg and "'" in msg and "gpu_memory_limit" in msg   # names the op
+    del ei          # its traceback holds the failed run's device arrays
+    _in_use()
+    got, peak_swap = _peak_bytes(
+        lambda: _run_lstm(True, dcf.SessionConfig(gpu_memory_limit=budget, swap_threshold=0.3)))
+    assert peak_swap <= budget
+    for a, b in zip(want, got):
+        np.testing.assert_array_equal(a, b)
+    _run_lstm(False, dcf.SessionConfig())            # lifts the limit for later tests
+
+
+def test_resource_exhausted_names_the_op(rng):
+    with dcf.device("/gpu:0"):
+        a = dcf.placeholder(dcf.float32, [512, 512])
+        y = dcf.matmul(a, a, name="big_product")
+    limit = _in_use() + 1_500_000           # the 1 MB feed fits, its product does not
+    with pytest.raises(ResourceExhaustedError, match="MatMul 'big_product'"):
+        _run(y, {a: rng.standard_normal((512, 512)).astype(np.float32)},
+             config=dcf.SessionConfig(gpu_memory_limit=limit))
+    _run(y, {a: np.zeros((512, 512), np.float32)}, config=dcf.SessionConfig())
+
+
+# --------------------------------------------------------------------- trace
+def test_trace_has_a_track_per_stream(tmp_path):
+    g, fetch, feed, init = _lstm_step(True)
+    md = dcf.RunMetadata()
+    with dcf.Session(g, config=dcf.SessionConfig(swap_threshold=0.0)) as s:
+        s.run(init)
+        s.run(fetch, feed, options=dcf.RunOptions(trace=True), run_metadata=md)
+    tracks = {e[7] for e in md.trace if e[0] == "/gpu:0"}
+    assert {"compute", "h2d", "d2h"} <= tracks
+    assert all(len(e) == 8 and e[5] <= e[6] for e in md.trace)
+    kernels = [e for e in md.trace if e[7] == "compute"]
+    assert any(e[2] == "MatMul" and e[4] >= 0 for e in kernels)   # op, type, frame, it
+    md.write_trace(str(tmp_path / "t.json"))
+    dcf.trace.plot(md, str(tmp_path / "t.png"))
+
+
+# ------------------------------------------------------------ fused kernels
+def test_fused_lstm_gates_match_the_generic_kernels(rng):
+    from dcf import gpu_devices
+    from dcf.ops import rnn_ops
+
+    cp = gpu_devices.backend()
+    for dt, tol in ((np.float32, 1e-6), (np.float64, 1e-13)):
+        z = cp.asarray(rng.standard_normal((7, 4 * 5)).astype(dt))
+        c = cp.asarray(rng.standard_normal((7, 5)).astype(dt))
+        fused = rnn_ops._gates_gpu(cp, z, c, forget_bias=1.0)
+        plain = rnn_ops._gates(cp, z, c, forget_bias=1.0)
+        for a, b in zip(fused, plain):
+            np.testing.assert_allclose(a.get(), b.get(), rtol=tol, atol=tol)
+        dc = cp.asarray(rng.standard_normal((7, 5)).astype(dt))
+        dh = cp.asarray(rng.standard_normal((7, 5)).astype(dt))
+        fused = rnn_ops._gates_grad_gpu(cp, c, plain[2], plain[0], dc, dh)
+        ref = rnn_ops._gates_grad(cp, c, plain[2], plain[0], dc, dh)
+        for a, b in zip(fused, ref):
+            np.testing.assert_allclose(a.get(), b.get(), rtol=tol, atol=tol)
+
+
+def test_training_on_gpu_matches_cpu(rng):
+    xv = rng.standard_normal((32, 10)).astype(np.float32)
+    yv = rng.standard_normal((32, 1)).astype(np.float32)
+
+    def train(dev):
+        g = dcf.Graph()
+        with g.as_default(), dcf.device(dev):
+            x = dcf.placeholder(dcf.float32, [32, 10])
+            y = dcf.placeholder(dcf.float32, [32, 1])
+            h = nn.dense(x, 16, activation=dcf.tanh, name="h")
+            p = nn.dense(h, 1, name="p")
+            loss = dcf.reduce_mean((p - y) * (p - y))
+            step = dcf.train.AdamOptimizer(0.01).minimize(loss)
+            init = dcf.global_variables_initializer()
+        with dcf.Session(g) as s:
+            s.run(init)
+            for _ in range(5):
+                s.run(step, {x: xv, y: yv})
+            return s.run(loss, {x: xv, y: yv})
+
+    np.testing.assert_allclose(train("/gpu:0"), train("/cpu:0"), rtol=1e-4)
