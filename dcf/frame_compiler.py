@@ -157,8 +157,9 @@ class _Codegen:
     def build(self) -> Any:
         f = self.cf.frame
         self.emit(0, "def frame(_enter):")
-        self.emit(1, "_deadline = _pc() + _YIELD_S")
-        self.emit(1, "_n = 64")
+        self.emit(1, "_deadline = _last = _pc()")
+        self.emit(1, "_deadline += _YIELD_S")
+        self.emit(1, "_n = _N = 1")
         self.emit(1, "if False: yield")
         exits = self.frame_loop(f, self.cf.enters, 1, {e.id: f"_enter[{e.id}]"
                                                       for e in self.cf.enters},
@@ -178,8 +179,9 @@ class _Codegen:
     def build_root(self) -> Any:
         root = self.cf.frame
         self.emit(0, "def root(_feeds):")
-        self.emit(1, "_deadline = _pc() + _YIELD_S")
-        self.emit(1, "_n = 64")
+        self.emit(1, "_deadline = _last = _pc()")
+        self.emit(1, "_deadline += _YIELD_S")
+        self.emit(1, "_n = _N = 1")
         self.emit(1, "if False: yield")
         for ref in self.cf.feeds:
             self.emit(1, f"v{ref.id}_0 = _feeds[{ref.id[1:]}]")
@@ -265,10 +267,14 @@ class _Codegen:
         for n, m in nexts:
             self.emit(b, f"m{m.id} = n{n.id}")
         self.emit(b, f"{itv} += 1")
+        # Look at the clock every _N iterations, _N adapting (1..64) so that checks come
+        # about every 0.5 ms whether an iteration takes 100 ns or 10 ms.
         self.emit(b, "_n -= 1")
         self.emit(b, "if not _n:")
-        self.emit(b + 1, "_n = 64")
-        self.emit(b + 1, "if _pc() > _deadline:")
+        self.emit(b + 1, "_now = _pc()")
+        self.emit(b + 1, "_N = _N * 2 if _now - _last < 0.0005 and _N < 64 else (_N // 2 or 1)")
+        self.emit(b + 1, "_n = _N; _last = _now")
+        self.emit(b + 1, "if _now > _deadline:")
         self.emit(b + 2, "yield")
         self.emit(b + 2, "_deadline = _pc() + _YIELD_S")
         for x in f.exits:
