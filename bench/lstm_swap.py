@@ -88,8 +88,13 @@ def _measure(step, L: int, repeat: int, cpu: bool) -> tuple[Stats | None, int | 
     """(stats per loop iteration, peak bytes, status) of `step()` at length L."""
     try:
         G.release_device_memory()
-        step()                                   # warm-up; its high-water mark is the peak
-        peak = None if cpu else G.pool_peak()
+        if cpu:
+            step()
+            peak = None
+        else:
+            with G.gpu_device(0).peak_tracker() as t:
+                step()                           # warm-up; its live high-water mark
+            peak = t.peak
         samples = []
         for _ in range(repeat):
             t0 = time.perf_counter()
@@ -197,9 +202,11 @@ def calibrate_budget(B: int, U: int, D: int, pi: int, fail_near: int, short: int
     try:
         for L in (short, 2 * short):
             xv = _input(L, B, D, False)
-            G.release_device_memory()
             m.step(xv)
-            peaks[L] = G.pool_peak()
+            G.release_device_memory()
+            with G.gpu_device(0).peak_tracker() as t:
+                m.step(xv)
+            peaks[L] = t.peak
             del xv
     finally:
         m.close()

@@ -59,7 +59,18 @@ class MultiLayerLSTM:
                                      parallel_iterations=pi)
             with dcf.device(ldev[-1]):
                 self.loss = dcf.reduce_sum(res[-1])
-                self.train = dcf.train.GradientDescentOptimizer(1e-6).minimize(self.loss)
+            # gradient ops sit with their forward ops; each layer's update runs on the
+            # layer's device (an update placed elsewhere would use its variable remotely)
+            opt = dcf.train.GradientDescentOptimizer(1e-6)
+            with dcf.device(ldev[0]):   # gradient-loop bookkeeping; GPU ops colocate
+                pairs = opt.compute_gradients(self.loss)
+            updates = []
+            for k, cell in enumerate(cells):
+                mine = {id(v) for v in cell.variables}
+                with dcf.device(ldev[k]):
+                    updates.append(opt.apply_gradients(
+                        [(g, v) for g, v in pairs if id(v) in mine], name=f"update{k}"))
+            self.train = dcf.group(*updates)
             init = dcf.global_variables_initializer()
         self.sess = dcf.Session(self.g)
         self.sess.run(init)

@@ -14,9 +14,10 @@ placeholder (``bench.peers.lstm_data``), ``loss = reduce_mean(square(outputs))``
    step, the time ratio dynamic/static of each system, graph op counts, graph build time
    (forward + gradients + update) and first-run time.
 2. **Memory**: one fresh subprocess per (system, kind, sequence length), batch 64 (quick
-   32): peak resident memory (``ru_maxrss``) of building the graph and running two training
-   steps, for growing sequence lengths; the longest sequence whose peak stays under the
-   stated limit (``--mem-limit-mib``, default 1024 MiB; quick 512 MiB). A kind stops growing
+   32, dcf only, sequences 100, 200, 400): peak resident memory (``VmHWM``) of building the
+   graph and running two training steps, for growing sequence lengths; the longest
+   sequence whose peak stays under the stated limit (``--mem-limit-mib``, default 1024 MiB;
+   quick 160 MiB). A kind stops growing
    once it is over the limit. For TF1 the limit applies to the growth over the process's
    resident size after importing TensorFlow (TF's import alone is several hundred MiB).
 
@@ -192,10 +193,10 @@ def memory_part(quick: bool, limit_mib: float) -> tuple[list[Result], dict, dict
     from bench.gradients import run_child
 
     batch = 32 if quick else 64
-    seqs = (50, 100, 200, 400, 800) if quick else \
+    seqs = (100, 200, 400) if quick else \
         (100, 200, 300, 400, 600, 800, 1200, 1600, 2400, 3200)
     systems = [("dcf", "dynamic"), ("dcf", "static")]
-    if peer_available("tf1_rnn"):
+    if peer_available("tf1_rnn") and not quick:   # TF1 imports take too long for --quick
         systems += [("tf1", "dynamic"), ("tf1", "static")]
     limit_kib = limit_mib * 1024
     rows: dict[str, list[dict]] = {}
@@ -216,8 +217,6 @@ def memory_part(quick: bool, limit_mib: float) -> tuple[list[Result], dict, dict
             if used > limit_kib:
                 break
             longest[key] = seq
-            if quick and seq >= 400 and system == "tf1":
-                break
     results = []
     for key, rs in rows.items():
         for r in rs:
@@ -244,12 +243,12 @@ def main() -> None:
         child_main(_child)
     ap = base_argparser(__doc__.split("\n\n")[0])
     ap.add_argument("--mem-limit-mib", type=float, default=None,
-                    help="memory limit for the longest-sequence search (default 1024; quick 512)")
+                    help="memory limit for the longest-sequence search (default 1024; quick 160)")
     ap.add_argument("--skip-memory", action="store_true", help="only the time part")
     args = ap.parse_args()
     from bench.gradients import machine_config
 
-    limit = args.mem_limit_mib or (512.0 if args.quick else 1024.0)
+    limit = args.mem_limit_mib or (160.0 if args.quick else 1024.0)
     config: dict[str, Any] = {"quick": args.quick, "units": UNITS, "input": INPUT,
                               **machine_config(),
                               "peers": {"tf1_rnn": peer_available("tf1_rnn"),

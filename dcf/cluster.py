@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import itertools
 import json
+import logging
 import os
 import secrets
 import signal
@@ -21,22 +23,34 @@ import sys
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 
 from dcf.actors.codec import CodecError
 from dcf.actors.graphdef import encode_parts
 from dcf.actors.remote import (
-    FEED, FETCH, LoopThread, error_from_msg, valid_key,
+    BATCH_MAX_BYTES,
+    FEED,
+    FETCH,
+    LoopThread,
+    LowLatencyTransport,
+    decode_batch,
+    encode_batch,
+    error_from_msg,
+    valid_key,
 )
-from dcf.actors.transport import ZmqTransport
 from dcf.device import DeviceSpec
 from dcf.errors import InvalidArgumentError, WorkerError
 from dcf.ops.registry import Kind
 from dcf.token import DEAD
 
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
 __all__ = ["Cluster", "ClusterSpec", "load_spec"]
+
+log = logging.getLogger(__name__)
 
 _RESERVED = ("secret_file", "secret", "curve", "client")
 
@@ -67,8 +81,9 @@ def load_spec(spec: str | os.PathLike | dict) -> ClusterSpec:
          "curve": {"public": "<z85>", "secret": "<z85>"},   # or "secret_file": path
          "client": "tcp://10.0.0.1:*"}                # optional: where the client binds
 
-    At least one of "secret_file" (or "secret", hex) and "curve" is required. Relative
-    paths are relative to the spec file.
+    At least one of "secret_file" (or "secret", hex) and "curve" is required; without
+    both, the file named by $DCF_SECRET_FILE is the secret. Relative paths are relative
+    to the spec file.
     """
     base = "."
     if not isinstance(spec, dict):
@@ -77,7 +92,7 @@ def load_spec(spec: str | os.PathLike | dict) -> ClusterSpec:
         with open(path, encoding="utf-8") as f:
             spec = json.load(f)
     if not isinstance(spec, dict):
-        raise ValueError("a cluster spec is a JSON object {\"worker\": [addresses], ...}")
+        raise TypeError("a cluster spec is a JSON object {\"worker\": [addresses], ...}")
     jobs: dict[str, list[str]] = {}
     for k, v in spec.items():
         if k in _RESERVED:
@@ -103,9 +118,13 @@ def load_spec(spec: str | os.PathLike | dict) -> ClusterSpec:
         pub = c["public"].encode() if isinstance(c["public"], str) else c["public"]
         sec = read(c["secret_file"]) if "secret_file" in c else c["secret"]
         curve = {"public": pub, "secret": sec.encode() if isinstance(sec, str) else sec}
+    if secret is None and curve is None and os.environ.get("DCF_SECRET_FILE"):
+        with open(os.environ["DCF_SECRET_FILE"], "rb") as sf:
+            secret = sf.read().strip()
     if secret is None and curve is None:
-        raise ValueError("cluster spec: give \"secret_file\" or \"curve\" keys; workers never "
-                         "accept unauthenticated clients")
+        raise ValueError(
+            "cluster spec: give a \"secret_file\" or \"curve\" key (or set $DCF_SECRET_FILE "
+            "for the client and every worker); workers never accept unauthenticated clients")
     return ClusterSpec(jobs, secret, curve, spec.get("client"))
 
 
@@ -120,6 +139,7 @@ class _Worker:
     proc: subprocess.Popen | None = None
     gpus: int = 0
     alive: bool = True
+    exited: bool = False
     reason: str = ""
     clock: float = 0.0       # its time.time() - time.perf_counter()
     hello: asyncio.Future | None = None
@@ -158,7 +178,7 @@ class _Client:
     def __init__(self, name: str, secret: bytes | None, curve: tuple | None, bind: str,
                  heartbeat_timeout_s: float) -> None:
         self.name = name
-        self.transport = ZmqTransport(
+        self.transport = LowLatencyTransport(
             name, bind=bind, secret=secret, curve=curve,
             heartbeat_interval_s=min(0.5, heartbeat_timeout_s / 4),
             heartbeat_timeout_s=heartbeat_timeout_s,
@@ -181,11 +201,9 @@ class _Client:
     async def close(self, shutdown: bool) -> None:
         for w in self.workers.values():
             if w.alive and w.name in self.transport.peers:
-                try:
+                with contextlib.suppress(Exception):  # best effort on the way out
                     self.transport.send_control(w.name, {"type": "shutdown" if shutdown
                                                          else "detach"})
-                except Exception:  # noqa: BLE001 - best effort on the way out
-                    pass
         for st in list(self.steps.values()):
             st.fail(WorkerError("the cluster was closed during this run"))
         await asyncio.sleep(0.05)   # let the goodbyes leave
@@ -210,8 +228,9 @@ class _Client:
         for w in self.workers.values():
             if attach:
                 self.transport.add_peer(w.name, w.address)
-                self.transport.send_control(w.name, {"type": "attach",
-                                                     "address": self.transport.address})
+                self.transport.send_control(w.name, {
+                    "type": "attach", "address": _advertised(self.transport.address,
+                                                             w.address)})
         deadline = time.monotonic() + timeout
         for w in self.workers.values():
             assert w.hello is not None
@@ -233,14 +252,20 @@ class _Client:
                     "type": "peers", "peers": peers,
                     "heartbeat_timeout_s": self.transport.heartbeat_timeout_s})
 
-    def lost(self, name: str, reason: str) -> None:
-        """Worker `name` is gone: fail every step that involves it, now."""
+    def lost(self, name: str, reason: str, *, exited: bool = True) -> None:
+        """Worker `name` is gone: fail every step that involves it, now.
+
+        A worker that only went silent (not known to have exited) stays connected: if
+        it is heard from again (it was stopped, or one kernel held its loop longer than
+        the heartbeat timeout), later runs may use it again."""
         w = self.workers.get(name)
         if w is None or not w.alive:
             return
         w.alive = False
         w.reason = reason
-        self.transport.remove_peer(name)
+        w.exited = exited
+        if exited:
+            self.transport.remove_peer(name)
         for st in list(self.steps.values()):
             if name in st.workers:
                 st.fail(WorkerError(
@@ -249,7 +274,18 @@ class _Client:
 
     def _on_peer_lost(self, name: str, silent: float) -> None:
         if name in self.workers:
-            self.lost(name, f"missed heartbeats for {silent:.1f} s")
+            self.lost(name, f"missed heartbeats for {silent:.1f} s", exited=False)
+
+    def lost_for_good(self, w: _Worker) -> None:
+        w.exited = True
+        w.reason = f"exited with {_describe_exit(w.proc.returncode if w.proc else None)}"
+        self.transport.remove_peer(w.name)
+
+    def _heard(self, w: _Worker) -> None:
+        if not w.alive and not w.exited and (w.proc is None or w.proc.poll() is None):
+            log.warning("worker %s answers again; later runs may use it", w.name)
+            w.alive = True
+            w.reason = ""
 
     async def _watch_procs(self) -> None:
         # Popen handles tell a local worker's death at once, before heartbeats would.
@@ -258,6 +294,12 @@ class _Client:
             for w in list(self.workers.values()):
                 if w.alive and w.proc is not None and w.proc.poll() is not None:
                     self.lost(w.name, f"exited with {_describe_exit(w.proc.returncode)}")
+                elif not w.alive and not w.exited:
+                    peer = self.transport._peers.get(w.name)
+                    if w.proc is not None and w.proc.poll() is not None:
+                        self.lost_for_good(w)
+                    elif peer is not None and not peer.lost:   # heard again (heartbeats)
+                        self._heard(w)
 
     # ---------------------------------------------------------- messages
     def _on_control(self, src: str, msg: dict, blob: bytes | None) -> None:
@@ -265,8 +307,21 @@ class _Client:
         w = self.workers.get(src)
         if w is None:
             return
+        if not w.alive:
+            self._heard(w)
+        if kind == "batch":
+            try:
+                items = decode_batch(blob)
+            except CodecError:
+                self.transport.rejections["batch"] += 1
+                return
+            for key, value, is_dead in items:
+                self._on_tensor(src, key, value, is_dead)
+            return
         if kind == "hello":
-            w.address = msg.get("address") or w.address
+            # a started worker reports where it bound; a spec's address stays as written
+            # (a worker bound to 0.0.0.0 is reached at its host's name)
+            w.address = w.address or msg.get("address") or ""
             w.pid = msg.get("pid")
             w.gpus = int(msg.get("gpus") or 0)
             w.clock = float(msg.get("clock") or 0.0)
@@ -276,7 +331,8 @@ class _Client:
                 w.hello.set_result(None)
             return
         if kind == "stats":
-            fut = self._stats_waiters.pop(msg.get("req"), None)
+            req = msg.get("req")
+            fut = self._stats_waiters.pop(req, None) if isinstance(req, int) else None
             if fut is not None and not fut.done():
                 keys = msgpack.unpackb(blob, use_list=False) if blob else ()
                 fut.set_result((msg.get("info"), keys))
@@ -299,7 +355,7 @@ class _Client:
             st.fail(error_from_msg(msg, src))
 
     def _on_tensor(self, src: str, key: Any, value: Any, is_dead: bool) -> None:
-        if not valid_key(key):
+        if not valid_key(key) or src not in self.workers:
             return
         st = self.steps.get(key[0])
         if st is None:
@@ -313,6 +369,7 @@ class _Client:
 
     def send_tensor(self, peer: str, key: tuple, value: Any) -> None:
         try:
+            value = _host(value)
             if value is DEAD:
                 self.transport.send_tensor(peer, key, None, is_dead=True)
             else:
@@ -324,6 +381,27 @@ class _Client:
         except (CodecError, ValueError) as e:
             raise InvalidArgumentError(f"cannot send {key[1]!r} to {peer}: {e}") from e
 
+    def send_batch(self, peer: str, items: list) -> None:
+        small = []
+        for key, v in items:
+            if v is DEAD or getattr(v, "nbytes", 0) <= BATCH_MAX_BYTES:
+                small.append((key, v))
+            else:
+                self.send_tensor(peer, key, v)
+        if len(small) == 1:
+            self.send_tensor(peer, *small[0])
+        elif small:
+            try:
+                self.transport.send_control(peer, {"type": "batch", "n": len(small)},
+                                            encode_batch(small))
+            except KeyError:
+                w = self.workers.get(peer)
+                raise WorkerError(f"worker {peer} is unavailable: "
+                                  f"{w.reason if w is not None else 'unknown worker'}") from None
+            except (CodecError, ValueError) as e:
+                raise InvalidArgumentError(f"cannot send {len(small)} values to {peer}: {e}") \
+                    from e
+
     # ------------------------------------------------------------- steps
     def new_step(self) -> int:
         return self._step_base + next(self._step_ids)
@@ -334,7 +412,7 @@ class _Client:
             if not w.alive:
                 raise WorkerError(f"worker {n} ({w.address}) is unavailable: it {w.reason}")
 
-    def ship(self, session: int, by_worker: dict[str, list[dict]], compile: bool
+    def ship(self, session: int, by_worker: dict[str, list[dict]], settings: dict
              ) -> _RemotePlan:
         pid = next(self._plan_ids)
         self.check_alive(by_worker)
@@ -342,7 +420,7 @@ class _Client:
         for name, parts in by_worker.items():
             blob = encode_parts(parts)
             self.transport.send_control(name, {"type": "plan", "plan": pid,
-                                               "session": session, "compile": compile}, blob)
+                                               "session": session, **settings}, blob)
             info[name] = {"feeds": sorted({k for p in parts for _, k in p["feeds"]}),
                           "fetches": [k for p in parts for _, _, k in p["fetches"]]}
         return _RemotePlan(pid, session, info)
@@ -371,12 +449,9 @@ class _Client:
         if st is None:
             return
         for name in st.pending:
-            w = self.workers.get(name)
-            if w is not None and w.alive:
-                try:
+            if name in self.transport.peers:   # a silent worker may still come back
+                with contextlib.suppress(Exception):  # it is going away anyway
                     self.transport.send_control(name, {"type": "abort", "step": step})
-                except Exception:  # noqa: BLE001 - the worker is going away anyway
-                    pass
 
     def end_step(self, step: int) -> None:
         st = self.steps.pop(step, None)
@@ -390,13 +465,22 @@ class _Client:
 
     async def stats(self, name: str, record_keys: bool | None = None,
                     timeout: float = 10.0) -> tuple[dict, tuple]:
-        if record_keys is not None:
-            self.transport.send_control(name, {"type": "debug", "record_keys": record_keys})
         req = next(self._req)
         fut = asyncio.get_running_loop().create_future()
         self._stats_waiters[req] = fut
-        self.transport.send_control(name, {"type": "stats", "req": req})
+        msg: dict[str, Any] = {"type": "stats", "req": req}
+        if record_keys is not None:
+            msg["record_keys"] = record_keys
+        self.transport.send_control(name, msg)
         return await asyncio.wait_for(fut, timeout)
+
+
+def _host(v: Any) -> Any:
+    """A device array's host copy (a GPU partition's Send to another process)."""
+    if hasattr(v, "__cuda_array_interface__"):
+        v = v.get()
+        return v if v.ndim else v[()]
+    return v
 
 
 def _describe_exit(code: int | None) -> str:
@@ -442,13 +526,21 @@ class Cluster:
     # ---------------------------------------------------------- builders
     @classmethod
     def local(cls, num_workers: int, gpus_per_worker: int = 0, *,
-              heartbeat_timeout_s: float = 5.0, start_timeout_s: float = 60.0) -> Cluster:
+              cpus_per_worker: int | None = None, heartbeat_timeout_s: float = 5.0,
+              start_timeout_s: float = 60.0) -> Cluster:
         """Start `num_workers` worker processes on this host (each in its own process
         group, bound to 127.0.0.1, signed with a fresh secret passed on their stdin).
 
         They stop when the cluster closes, at interpreter exit, or when this process
         dies (their stdin pipe closes). Worker K sees GPUs
         K*gpus_per_worker ... (K+1)*gpus_per_worker-1 as its "/gpu:0"...
+
+        cpus_per_worker: pin each worker to its own set of this many CPUs, round-robin
+            over the CPUs this process may use (None or 0: no pinning). A worker's Python
+            thread and its ZeroMQ I/O thread then hand messages over on the same CPUs,
+            which cuts a message's latency where cross-CPU wake-ups are expensive (VMs)
+            on an otherwise idle host; on a busy one, pinned workers cannot move to
+            whichever CPU frees up first, so the default leaves placement to the OS.
         """
         if num_workers < 1:
             raise ValueError(f"num_workers must be >= 1, got {num_workers}")
@@ -457,12 +549,15 @@ class Cluster:
         self._setup(secret, None, "tcp://127.0.0.1:*", heartbeat_timeout_s)
         address = self._io.call(_get_address(self._client))
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        pins = _cpu_sets(num_workers, cpus_per_worker)
         try:
             for k in range(num_workers):
                 env = dict(os.environ)
                 env["DCF_TASK_INDEX"] = str(k)
                 env["PYTHONPATH"] = os.pathsep.join(
                     p for p in (root, os.getcwd(), env.get("PYTHONPATH", "")) if p)
+                if pins:
+                    env["DCF_WORKER_CPUS"] = ",".join(map(str, pins[k]))
                 if gpus_per_worker:
                     env["CUDA_VISIBLE_DEVICES"] = ",".join(
                         str(k * gpus_per_worker + j) for j in range(gpus_per_worker))
@@ -570,10 +665,10 @@ class Cluster:
     def __repr__(self) -> str:
         return f"<dcf.Cluster {self.spec}>"
 
-    def __enter__(self) -> Cluster:
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:
@@ -585,8 +680,8 @@ class Cluster:
         try:
             self._io.call(self._client.close(shutdown=self._owns_workers or
                                              bool(self._ray_actors)), timeout=10)
-        except Exception:  # noqa: BLE001 - carry on tearing down
-            pass
+        except Exception as e:  # noqa: BLE001 - carry on tearing down
+            log.debug("cluster close: %s", e)
         self._io.stop()
         procs = [w.proc for w in self._client.workers.values() if w.proc is not None]
         for p in procs:
@@ -602,8 +697,8 @@ class Cluster:
 
                 for a in self._ray_actors:
                     ray.kill(a)
-            except Exception:  # noqa: BLE001
-                pass
+            except Exception as e:  # noqa: BLE001 - carry on tearing down
+                log.debug("cluster close: %s", e)
 
     # -------------------------------------------------- session interface
     def _process_of(self, device: str) -> str:
@@ -631,7 +726,7 @@ class Cluster:
                                                heartbeat_timeout_s)
         return next(self._sessions)
 
-    def _ship(self, session: int, parts: dict, fetch_pos: list[int], compile: bool
+    def _ship(self, session: int, parts: dict, fetch_pos: list[int], config: Any
               ) -> tuple[dict, _RemotePlan | None]:
         """Route cross-process Sends, send each worker its partitions; return the
         client's own partitions and the handle of the remote ones (on the I/O loop)."""
@@ -660,7 +755,10 @@ class Cluster:
                 "frame_parents": prt.frame_parents})
         if not by_worker:
             return local, None
-        return local, client.ship(session, by_worker, compile)
+        settings = {"compile": bool(config.compile_frames),
+                    "gpu_memory_limit": config.gpu_memory_limit,
+                    "swap_threshold": float(config.swap_threshold)}
+        return local, client.ship(session, by_worker, settings)
 
     def _release(self, session: int) -> None:
         if self._closed:
@@ -678,6 +776,35 @@ class Cluster:
 
 async def _get_address(client: _Client) -> str:
     return client.transport.address
+
+
+def _cpu_sets(num_workers: int, per_worker: int | None) -> list[list[int]]:
+    """CPU ids for each worker, round-robin over this process's CPUs ([] = no pinning)."""
+    if not per_worker or not hasattr(os, "sched_getaffinity"):
+        return []
+    cpus = sorted(os.sched_getaffinity(0))
+    n = per_worker
+    return [[cpus[(k * n + j) % len(cpus)] for j in range(min(n, len(cpus)))]
+            for k in range(num_workers)]
+
+
+def _advertised(address: str, peer: str) -> str:
+    """`address` as `peer` can reach it: a wildcard bind becomes the local IP that routes
+    to the peer's host."""
+    import socket
+    from urllib.parse import urlsplit
+
+    if "://0.0.0.0:" not in address and "://*:" not in address:
+        return address
+    port = address.rsplit(":", 1)[1]
+    try:
+        u = urlsplit(peer)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((u.hostname or "127.0.0.1", u.port or 9))
+            ip = s.getsockname()[0]
+    except OSError:
+        ip = socket.gethostbyname(socket.gethostname())
+    return f"tcp://{ip}:{port}"
 
 
 def _client_bind(jobs: dict[str, list[str]]) -> str:

@@ -41,6 +41,7 @@ def _value_frame(p: PNode) -> str:
     if p.kind == Kind.ENTER:
         return p.attrs["frame_name"]
     if p.kind == Kind.EXIT:
+        assert p.op is not None  # the partitioner's own Exits never send
         fctx = p.op.frame_ctx
         return fctx.outer_frame.frame_name if fctx.outer_frame is not None else ""
     return p.frame
@@ -167,9 +168,9 @@ def partition(ops: list[Operation], device_of: dict[Operation, str],
             prt.frame_parents[f] = (parent, pi)
     for q, f, trig in retied:
         q.control.append(cl_nodes[(q.device, f)][trig])
-    for p in parts.values():
+    for prt in parts.values():
         for f, (par, pi, _) in frames.items():
-            p.frame_parents.setdefault(f, (par, pi))
+            prt.frame_parents.setdefault(f, (par, pi))
     for k, (op, idx) in enumerate(fetches):
         parts[device_of[op]].fetches.append((pn[op], idx, k))
     for prt in parts.values():
@@ -184,7 +185,7 @@ def _iteration_trigger(c: PNode) -> int | None:
     None. A device's control loop has a node of each kind for the frame."""
     op = c.op
     ctx = op.frame_ctx if op is not None else None
-    if ctx is None:
+    if op is None or ctx is None:
         return None
     if op.type == "Merge" and op in getattr(ctx, "merges", ()):
         return 0

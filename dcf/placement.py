@@ -17,7 +17,7 @@ are Python objects of one process and never travel.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from dcf import dtypes
 from dcf.device import DeviceSpec
@@ -80,9 +80,7 @@ def _apply_rules(ops: list[Operation], dev: dict[Operation, str]) -> bool:
     for op in ops:
         t = op.type
         if t == "Enter" and not op.device and not op.attrs.get("is_constant") and \
-                op.inputs and op.inputs[0].op in dev:
-            put(op, dev[op.inputs[0].op])
-        elif t == "LoopCond" and not op.device and op.inputs and op.inputs[0].op in dev:
+                op.inputs and op.inputs[0].op in dev or t == "LoopCond" and not op.device and op.inputs and op.inputs[0].op in dev:
             put(op, dev[op.inputs[0].op])
         elif t == "Merge" and op.frame_ctx is not None:
             enter = next((i.op for i in op.inputs if i.op.type == "Enter"), None)

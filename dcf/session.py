@@ -107,6 +107,7 @@ class AsyncSession:
             # Runs go to the cluster's I/O loop, which also carries the transport.
             self._sid = cluster._new_session(self.config.heartbeat_timeout_s)
             self._rendezvous.remote_send = cluster._client.send_tensor
+            self._rendezvous.remote_send_batch = cluster._client.send_batch
 
     # ------------------------------------------------------------ devices
     def _device_exists(self, dev: str) -> bool:
@@ -151,8 +152,7 @@ class AsyncSession:
         remote = None
         if self.cluster is not None:
             # each worker gets its partitions once per plan; the client keeps its own
-            parts, remote = self.cluster._ship(self._sid, parts, fetch_pos,
-                                               self.config.compile_frames)
+            parts, remote = self.cluster._ship(self._sid, parts, fetch_pos, self.config)
         built = []
         for dev, prt in parts.items():
             actor = self._actor(dev)

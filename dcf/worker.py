@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import msgpack
@@ -29,10 +30,18 @@ from dcf.actors.codec import CodecError
 from dcf.actors.device_actor import DeviceActor
 from dcf.actors.graphdef import decode_parts
 from dcf.actors.remote import (
-    FEED, FETCH, error_to_msg, new_event_loop, valid_key,
+    BATCH_MAX_BYTES,
+    FEED,
+    FETCH,
+    LowLatencyTransport,
+    decode_batch,
+    encode_batch,
+    error_to_msg,
+    new_event_loop,
+    valid_key,
 )
 from dcf.actors.rendezvous import LocalRendezvous
-from dcf.actors.transport import ZmqTransport
+from dcf.device import DeviceSpec
 from dcf.errors import InvalidArgumentError
 from dcf.plan import build_plan
 from dcf.token import DEAD
@@ -78,7 +87,7 @@ class WorkerHost:
         self.job = job
         self.task = task
         self.name = f"/job:{job}/task:{task}"
-        self.transport = ZmqTransport(
+        self.transport = LowLatencyTransport(
             self.name, bind=bind, secret=secret, curve=curve,
             heartbeat_interval_s=min(0.5, heartbeat_timeout_s / 4),
             heartbeat_timeout_s=heartbeat_timeout_s,
@@ -86,6 +95,7 @@ class WorkerHost:
             on_peer_lost=self._on_peer_lost)
         self.rendezvous = LocalRendezvous()
         self.rendezvous.remote_send = self._remote_send
+        self.rendezvous.remote_send_batch = self._remote_send_batch
         self.clients: dict[str, _Client] = {}
         self._fixed_client = client
         self.steps: dict[int, asyncio.Task] = {}
@@ -178,6 +188,7 @@ class WorkerHost:
 
     def _remote_send(self, peer: str, key: tuple, value: Any) -> None:
         try:
+            value = _host(value)
             if value is DEAD:
                 self.transport.send_tensor(peer, key, None, is_dead=True)
             else:
@@ -186,8 +197,34 @@ class WorkerHost:
             raise InvalidArgumentError(
                 f"cannot send {key[1]!r} to {peer}: {e}") from e
 
+    def _remote_send_batch(self, peer: str, items: list) -> None:
+        small = []
+        for key, v in items:
+            if v is DEAD or getattr(v, "nbytes", 0) <= BATCH_MAX_BYTES:
+                small.append((key, v))
+            else:
+                self._remote_send(peer, key, v)
+        if len(small) == 1:
+            self._remote_send(peer, *small[0])
+        elif small:
+            try:
+                self.transport.send_control(peer, {"type": "batch", "n": len(small)},
+                                            encode_batch(small))
+            except (CodecError, KeyError, ValueError) as e:
+                raise InvalidArgumentError(f"cannot send {len(small)} values to {peer}: {e}") \
+                    from e
+
     def _on_control(self, src: str, msg: dict, blob: bytes | None) -> None:
         kind = msg.get("type")
+        if kind == "batch":  # data messages in one: from a client or a peer worker
+            try:
+                items = decode_batch(blob)
+            except CodecError:
+                self.transport.rejections["batch"] += 1
+                return
+            for key, value, is_dead in items:
+                self._on_tensor(src, key, value, is_dead)
+            return
         c = self.clients.get(src)
         if c is None:
             if kind == "attach" and self._fixed_client is None and \
@@ -202,7 +239,7 @@ class WorkerHost:
             return
         try:
             handler(self, c, msg, blob)
-        except (KeyError, TypeError, ValueError) as e:  # a malformed message: drop it
+        except Exception as e:  # noqa: BLE001 - a malformed message: drop it, go on
             self.transport.rejections["control field"] += 1
             log.debug("worker %s: bad %s message from %s: %s", self.name, kind, src, e)
 
@@ -232,10 +269,10 @@ class WorkerHost:
                 dev = prt["device"]
                 actor = actors.get(dev)
                 if actor is None:
-                    actor = actors[dev] = DeviceActor(dev)
+                    actor = actors[dev] = _make_actor(dev, msg)
                 plan = build_plan(prt["nodes"], [(fn, 0) for fn, _ in prt["feeds"]],
                                   [(p, idx) for p, idx, _ in prt["fetches"]],
-                                  resources=actor.resources,
+                                  xp=actor.resources.xp, resources=actor.resources,
                                   frame_parents=prt["frame_parents"])
                 if msg.get("compile", True):
                     from dcf.frame_compiler import compile_frames
@@ -244,7 +281,7 @@ class WorkerHost:
                 built.append((dev, plan, [k for _, k in prt["feeds"]],
                               [k for _, _, k in prt["fetches"]]))
             c.plans[pid] = _Plan(sid, built, bool(msg.get("compile", True)))
-        except Exception as e:  # reported to the run that uses this plan
+        except Exception as e:  # noqa: BLE001 - reported to the run that uses this plan
             c.plans[pid] = e
 
     def _h_run(self, c: _Client, msg: dict, blob: bytes | None) -> None:
@@ -272,12 +309,12 @@ class WorkerHost:
     def _h_shutdown(self, c: _Client, msg: dict, blob: bytes | None) -> None:
         self.stop()
 
-    def _h_debug(self, c: _Client, msg: dict, blob: bytes | None) -> None:
+    def _h_stats(self, c: _Client, msg: dict, blob: bytes | None) -> None:
+        """Counters (and the data-message keys recorded so far) for tests and debugging;
+        "record_keys": true/false then starts/stops recording."""
+        keys = self.recorded_keys or []
         if "record_keys" in msg:
             self.recorded_keys = [] if msg["record_keys"] else None
-
-    def _h_stats(self, c: _Client, msg: dict, blob: bytes | None) -> None:
-        keys = self.recorded_keys or []
         info = {"transport": dict(self.transport.stats),
                 "rejections": dict(self.transport.rejections),
                 "steps": len(self.steps), "feeds": len(self.feeds),
@@ -358,9 +395,19 @@ _HANDLERS = {
     "release": WorkerHost._h_release,
     "detach": WorkerHost._h_detach,
     "shutdown": WorkerHost._h_shutdown,
-    "debug": WorkerHost._h_debug,
     "stats": WorkerHost._h_stats,
 }
+
+
+def _make_actor(device: str, settings: dict) -> DeviceActor:
+    """The actor of one of this worker's devices, as a session makes it in-process."""
+    if DeviceSpec.parse(device).device_type == "gpu":
+        from dcf.actors.gpu import make_gpu_actor
+
+        cfg = SimpleNamespace(gpu_memory_limit=settings.get("gpu_memory_limit"),
+                              swap_threshold=settings.get("swap_threshold", 0.7))
+        return make_gpu_actor(device, cfg)
+    return DeviceActor(device)
 
 
 async def _gather_fail_fast(coros: list) -> list:
@@ -380,9 +427,10 @@ async def _gather_fail_fast(coros: list) -> list:
 
 
 def _host(v: Any) -> Any:
-    get = getattr(v, "get", None)  # cupy arrays come back to the host
-    if get is not None and hasattr(v, "__cuda_array_interface__"):
-        return get()
+    """A device array's host copy (GPU fetches and Sends to other processes)."""
+    if hasattr(v, "__cuda_array_interface__"):
+        v = v.get()
+        return v if v.ndim else v[()]
     return v
 
 
@@ -425,8 +473,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--client-name", default="client", help=argparse.SUPPRESS)
     ap.add_argument("--heartbeat-timeout", type=float, default=5.0,
                     help="seconds of silence after which a client counts as lost")
+    ap.add_argument("--cpus", default=os.environ.get("DCF_WORKER_CPUS"),
+                    help="comma-separated CPU ids to pin this worker (and its I/O thread) to")
     ap.add_argument("--log-level", default=os.environ.get("DCF_WORKER_LOG", "WARNING"))
     args = ap.parse_args(argv)
+    if args.cpus:
+        # Before any thread starts: libzmq's I/O thread inherits the mask, so its
+        # hand-offs with this thread are same-CPU wake-ups (far cheaper than cross-CPU
+        # ones, notably in VMs).
+        try:
+            os.sched_setaffinity(0, {int(c) for c in args.cpus.split(",")})
+        except (AttributeError, OSError, ValueError) as e:
+            log.warning("cannot pin to CPUs %s: %s", args.cpus, e)
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s dcf-worker %(levelname)s %(message)s")
     task = args.task

@@ -295,9 +295,9 @@ def array(a: Any, dtype: Any = None, copy: bool = True, order: Any = "K", ndmin:
 def ascontiguousarray(a: Any, dtype: Any = None) -> Any:
     if type(a) is not ndarray:
         raise TypeError(f"Unsupported type {type(a)}")
-    if a._a.flags.c_contiguous and (dtype is None or a.dtype == dtype):
+    if a._a.ndim and a._a.flags.c_contiguous and (dtype is None or a.dtype == dtype):
         return a
-    return ndarray(_np.ascontiguousarray(a._a, dtype=dtype))
+    return ndarray(_np.ascontiguousarray(a._a, dtype=dtype))   # (ndim >= 1, as cupy's)
 
 
 def get_array_module(*args: Any) -> Any:
@@ -360,14 +360,11 @@ class _Event:
     def record(self, stream: Any = None) -> None:
         self.t = time.perf_counter()
 
-    def query(self) -> bool:
-        return True
-
     def synchronize(self) -> None:
         pass
 
     @property
-    def done(self) -> bool:
+    def done(self) -> bool:   # cupy's Event has `done` (cudaEventQuery), no query()
         return True
 
 
@@ -388,7 +385,8 @@ class _Stream:
     def synchronize(self) -> None:
         pass
 
-    def query(self) -> bool:
+    @property
+    def done(self) -> bool:
         return True
 
     def use(self) -> _Stream:

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import functools
 import gc
 import threading
@@ -155,18 +156,18 @@ class GpuDevice:
         d = self._deferred
         d.append((event, keep))
         if len(d) > 64:               # copies finish in order per stream: trim the head
-            while d and d[0][0].query():
+            while d and d[0][0].done:
                 d.popleft()
 
     def collect(self) -> None:
         """Release what finished copies no longer need; run their callbacks."""
         d = self._deferred
-        while d and d[0][0].query():
+        while d and d[0][0].done:
             d.popleft()
         if self._watch:
             still = []
             for ev, cb in self._watch:
-                if ev.query():
+                if ev.done:
                     cb()
                 else:
                     still.append((ev, cb))
@@ -183,12 +184,17 @@ class GpuDevice:
         # event polling from the loop: a launch_host_func callback would need a driver
         # thread to take the GIL; polling costs one query per pending copy per tick
         while self._watch:
-            self.collect()
+            try:
+                self.collect()
+            except Exception:     # a failing callback must not strand the others
+                import traceback
+
+                traceback.print_exc()
             if self._watch:
                 await asyncio.sleep(0)
 
     async def wait(self, event: Any) -> None:
-        if event.query():
+        if event.done:
             return
         fut = asyncio.get_running_loop().create_future()
         self.when_done(event, lambda: fut.done() or fut.set_result(None))
@@ -246,8 +252,10 @@ class GpuDevice:
         """Start a device-to-host copy into pinned memory; returns (host array, event)."""
         if _ACTIVE[0] is not self or _ACTIVE[1] != _ident():
             self.activate()
-        arr = self.cp.ascontiguousarray(arr)
-        host = self.pinned_empty(arr.shape, arr.dtype)
+        shape = arr.shape
+        if not arr.flags.c_contiguous:
+            arr = self.cp.ascontiguousarray(arr)   # (it makes 0-d arrays 1-d: keep shape)
+        host = self.pinned_empty(shape, arr.dtype)
         s = self.d2h
         s.wait_event(self.record(self.compute))
         t0 = self.record(s) if self.tracing else None
@@ -324,6 +332,35 @@ class GpuDevice:
         return (f"out of memory on {self.name} ({lim}, {self.pool.used_bytes():,} bytes in "
                 f"use) computing {what}: {e}")
 
+    @contextlib.contextmanager
+    def peak_tracker(self) -> Any:
+        """`with gpu.peak_tracker() as t:` ... `t.peak`: the high-water mark of live
+        pool bytes on this device inside the block (cupy memory hooks: slow, for
+        calibration and tests). The pool's total_bytes() counts cached blocks too."""
+        t = _PeakTracker(self)
+        if getattr(self.cp, "is_fake", False):
+            self.pool.free_all_blocks()
+            yield t
+            t.peak = int(self.pool.total_bytes())
+            return
+        from cupy.cuda import memory_hook
+
+        class Hook(memory_hook.MemoryHook):
+            name = "dcf_peak"
+
+            def malloc_postprocess(self, **kw: Any) -> None:
+                if kw.get("device_id") == t.gpu.index and kw.get("mem_ptr"):
+                    t.cur += kw["mem_size"]
+                    t.peak = max(t.peak, t.cur)
+
+            def free_postprocess(self, **kw: Any) -> None:
+                if kw.get("device_id") == t.gpu.index:
+                    t.cur -= kw["mem_size"]
+
+        t.cur = t.peak = self.used_bytes()
+        with Hook():
+            yield t
+
     # --------------------------------------------------------------- trace
     def begin_trace(self) -> None:
         self.tracing = True
@@ -379,6 +416,13 @@ def merge_trace(host_events: list, dev_events: list) -> list:
                 continue
         extra.append((name, typ, frame or "", -1 if it is None else it, t0, t1, track))
     return out + extra
+
+
+class _PeakTracker:
+    def __init__(self, gpu: GpuDevice) -> None:
+        self.gpu = gpu
+        self.cur = 0
+        self.peak = 0
 
 
 @dataclass(eq=False, slots=True)
@@ -474,8 +518,9 @@ class _Swapper:
             if not waited:
                 s.wait_event(gpu.record(gpu.compute))
                 waited = True
-            arr = gpu.cp.ascontiguousarray(rec.dev)
-            rec.dev = arr
+            arr = rec.dev
+            if not arr.flags.c_contiguous:
+                arr = rec.dev = gpu.cp.ascontiguousarray(arr).reshape(rec.shape)
             rec.host = gpu.pinned_empty(rec.shape, rec.dtype)
             t0 = gpu.record(s) if gpu.tracing else None
             gpu._memcpy(rec.host.ctypes.data, arr.data.ptr, rec.nbytes, _D2H, s.ptr)
@@ -491,7 +536,7 @@ class _Swapper:
 
     def collect(self) -> None:
         out = self.out
-        while out and out[0][1].query():
+        while out and out[0][1].done:
             rec, _ = out.popleft()
             if rec.state == _Rec.OUT:
                 rec.state = _Rec.HOST
@@ -619,6 +664,14 @@ class GpuResources(DeviceResources):
 
 
 _FALLBACK = (TypeError, NotImplementedError, AttributeError)
+# Ops whose outputs are shapes: host memory, whatever their input (TF's HostMemory), so
+# loop bounds and predicates built from them never wait for the GPU.
+_HOST_OPS = frozenset({"Shape", "Size", "Rank", "ShapeN", "BroadcastGradientArgs",
+                       "ReducedShape", "TensorArraySizeV3"})
+# Ops that may create arrays from nothing (a TensorArray's unwritten gradient element
+# reads as zeros): run with cupy so those zeros are made on the device.
+_DEVICE_OPS = frozenset({"TensorArrayReadV3", "TensorArrayGatherV3", "TensorArrayStack",
+                         "TensorArrayConcatV3"})
 _NO_SWAP_PRODUCERS = frozenset({"ReadVariableOp", "Const", "VarHandleOp", "Enter"})
 
 
@@ -642,13 +695,15 @@ def _bind(gpu: GpuDevice, p: Any, kw: dict) -> Any:
                 return handle.push(value, swappable)
             return handle.push(value)
         return stack_push
+    if t in _HOST_OPS:
+        return functools.partial(p.kernel, np, **kw)
     opdef = OPS.get(t)
     dev_kernel = (opdef.gpu_kernel if opdef is not None and opdef.gpu_kernel is not None
                   else p.kernel)
     return _kernel_fn(gpu, p.name, t, p.frame,
                       functools.partial(dev_kernel, gpu.cp, **kw),
                       functools.partial(p.kernel, np, **kw),
-                      pure=not (p.stateful or p.resource))
+                      pure=not (p.stateful or p.resource), on_device=t in _DEVICE_OPS)
 
 
 def _bind_const(gpu: GpuDevice, value: Any, name: str) -> Any:
@@ -665,12 +720,12 @@ def _bind_const(gpu: GpuDevice, value: Any, name: str) -> Any:
 
 
 def _kernel_fn(gpu: GpuDevice, name: str, typ: str, frame: str, dev: Any, host: Any,
-               pure: bool) -> Any:
+               pure: bool, on_device: bool = False) -> Any:
     """The executor's callable for one kernel node on `gpu` (see the module docstring)."""
     nd = gpu.ndarray
     active = _ACTIVE
     ident = _ident
-    mode = [0]          # 0: by inputs; 1: always on the device (a pure op seen once)
+    mode = [1 if on_device else 0]   # 0: by inputs; 1: always on the device
     convert = [False]   # host inputs go to the device first (learned in slow())
 
     def run_dev(args: tuple) -> Any:
@@ -704,9 +759,11 @@ def _kernel_fn(gpu: GpuDevice, name: str, typ: str, frame: str, dev: Any, host: 
         except _FALLBACK:
             raise first from None
 
+    retry = pure and not typ.startswith(("TensorArray", "Stack"))  # state: never rerun
+
     def oom(args: tuple, e: BaseException) -> Any:
         attempt = 0
-        while gpu.relieve(attempt):
+        while retry and gpu.relieve(attempt):
             attempt += 1
             try:
                 return run_dev(args)
@@ -836,7 +893,10 @@ class GpuActor(DeviceActor):
         feeds = [gpu.import_value(v, f"feed {k}") for k, v in enumerate(feeds)]
         view = _GpuRendezvous(rendezvous, gpu, self._peer_edges(plan))
         try:
-            ex = await super().run_step(plan, feeds, step, view, **kw)
+            try:
+                ex = await super().run_step(plan, feeds, step, view, **kw)
+            except MemoryError as e:        # an allocation outside any kernel (a copy)
+                raise ResourceExhaustedError(gpu._oom_text("a transfer", e)) from None
             await view.drain()
             pending = []
             res = ex.results
@@ -845,10 +905,13 @@ class GpuActor(DeviceActor):
                     v = v.array
                 if type(v) is gpu.ndarray:
                     host, ev = gpu.to_host_async(v, f"fetch {k}")
-                    res[k] = host if host.ndim else host[()]
-                    pending.append(ev)
+                    res[k] = host
+                    pending.append((k, host, ev))
             if pending:
-                await gpu.wait(pending[-1])   # one stream: the last copy finishes last
+                await gpu.wait(pending[-1][2])   # one stream: the last copy finishes last
+                for k, host, _ in pending:       # read 0-d values only now
+                    if not host.ndim:
+                        res[k] = host[()]
             gpu.collect()
         finally:
             if trace:

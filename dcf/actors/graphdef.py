@@ -35,7 +35,7 @@ from dcf import dtypes
 from dcf.ops.registry import OPS, Kind
 from dcf.plan import PNode
 
-__all__ = ["GraphDefError", "RemoteOp", "encode_parts", "decode_parts"]
+__all__ = ["GraphDefError", "RemoteOp", "decode_parts", "encode_parts"]
 
 _ND, _NPSCALAR, _DTYPE, _TUPLE, _SLICE, _ELLIPSIS, _RECORD, _CALLABLE, _NPDTYPE = range(1, 10)
 _PICKLED_ATTRS = frozenset({("PyFunc", "fn"), ("PyFuncStateless", "fn")})
@@ -48,7 +48,7 @@ class GraphDefError(ValueError):
 class RemoteOp:
     """What a worker knows of a graph op: enough for error messages and traces."""
 
-    __slots__ = ("type", "name", "device", "site", "attrs", "frame_ctx")
+    __slots__ = ("attrs", "device", "frame_ctx", "name", "site", "type")
 
     def __init__(self, type_: str, name: str, device: str, site: str | None,
                  attrs: dict) -> None:
@@ -174,7 +174,8 @@ def encode_parts(parts: list[dict]) -> bytes:
         index = {id(p): i for i, p in enumerate(nodes)}
         feed_index = {id(fn): j for j, (fn, _) in enumerate(prt["feeds"])}
 
-        def ref(src: Any, p: PNode) -> Any:
+        def ref(src: Any, p: PNode, index: dict = index, feed_index: dict = feed_index
+                ) -> Any:
             if src is None:
                 return None
             node, idx = src

@@ -11,7 +11,8 @@ is dropped, so nothing accumulates.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["LocalRendezvous", "RendezvousClosed"]
 
@@ -32,6 +33,8 @@ class LocalRendezvous:
         self._aborted: dict[Any, BaseException] = {}
         self._ended: OrderedDict[Any, None] = OrderedDict()
         self.remote_send: Callable[[str, tuple, Any], Any] | None = None
+        # Several values for one peer at once (same effect as remote_send of each).
+        self.remote_send_batch: Callable[[str, list], Any] | None = None
 
     def send(self, key: tuple, value: Any) -> None:
         """Deliver `value` (or DEAD) for `key`: to its waiting Recv, or keep it."""
@@ -39,7 +42,7 @@ class LocalRendezvous:
         if cb is not None:
             cb(value)
         elif key[0] not in self._aborted and key[0] not in self._ended:
-            self._values[key] = value
+            self._values.setdefault(key, value)   # a slot takes one value: the first
 
     def recv(self, key: tuple, callback: Callable[[Any], None]) -> None:
         """Call `callback(value)` when the value for `key` is there (maybe now)."""

@@ -82,7 +82,7 @@ class TensorArrayStore:
             value = old + value
         self.elements[i] = value
 
-    def read(self, index: Any) -> Any:
+    def read(self, index: Any, xp: Any = np) -> Any:
         i = self._index(index, "read")
         v = self.elements[i]
         if v is None:
@@ -93,7 +93,8 @@ class TensorArrayStore:
             if self.element_shape is not None and all(d is not None for d in self.element_shape):
                 # TF semantics for gradient arrays: an unwritten element of a known shape is 0.
                 if self.name.endswith("@grad"):
-                    return np.zeros(self.element_shape, self.dtype.np)[()]
+                    z = xp.zeros(self.element_shape, self.dtype.np)
+                    return z if z.ndim else z[()]
             raise InvalidArgumentError(
                 f"read of index {i} from {self._describe()} which was never written")
         if self.clear_after_read:
@@ -173,7 +174,7 @@ def _ta_write(xp, handle, index, value, flow):
 
 
 def _ta_read(xp, handle, index, flow, *, dtype, element_shape):
-    return handle.read(index)
+    return handle.read(index, xp)
 
 
 def _ta_gather(xp, handle, indices, flow, *, dtype, element_shape):

@@ -1,0 +1,183 @@
+"""Failures: dead or silent workers, deadlines, and the client going away.
+
+Nothing may hang: every affected run raises within the heartbeat bound, healthy workers
+keep their state, and closing tears every process down.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import dcf
+from dcf.errors import DeadlineExceededError, WorkerError
+from tests.cluster.helpers import alive, on
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(60)]
+
+
+def _wait_for(cond, timeout: float = 10.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def _long_loop(n: int = 10**8):
+    """A loop whose body spans workers 0 and 1; it would run for minutes."""
+    def body(i, a):
+        with on(1):
+            a = a + 1.0
+        with on(0):
+            return i + 1, a
+
+    with on(0):
+        i0 = dcf.constant(0)
+        lim = dcf.constant(n)
+
+    def cond(i, a):
+        with on(0):
+            return i < lim
+
+    return dcf.while_loop(cond, body, (i0, dcf.constant(0.0)))
+
+
+def _run_in_thread(fn):
+    box: dict = {}
+
+    def target():
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 - handed to the test
+            box["error"] = e
+        box["t"] = time.monotonic()
+
+    th = threading.Thread(target=target, daemon=True)
+    th.start()
+    return th, box
+
+
+def test_killed_worker_raises_worker_error_within_seconds_and_everything_closes():
+    cluster = dcf.Cluster.local(2)
+    pids = list(cluster.worker_pids)
+    with on(0):
+        v = dcf.Variable(np.float32(0.0), name="v")
+    set_v = v.assign(5.0)
+    out = _long_loop()
+    sess = dcf.Session(cluster=cluster)
+    sess.run(dcf.global_variables_initializer())
+    sess.run(set_v)
+    th, box = _run_in_thread(lambda: sess.run(out))
+    time.sleep(0.3)
+    assert th.is_alive(), "the loop is running"
+    t_kill = time.monotonic()
+    os.kill(pids[1], signal.SIGKILL)
+    th.join(10)
+    assert not th.is_alive(), "the run returned"
+    assert isinstance(box.get("error"), WorkerError), box
+    assert "/job:worker/task:1" in str(box["error"])
+    assert box["t"] - t_kill < dcf.SessionConfig().heartbeat_timeout_s
+    # a run that needs the dead worker fails at once; the healthy worker kept its state
+    t0 = time.monotonic()
+    with pytest.raises(WorkerError, match="task:1"):
+        sess.run(out)
+    assert time.monotonic() - t0 < 1.0
+    assert sess.run(v) == 5.0
+    sess.close()
+    cluster.close()
+    _wait_for(lambda: not any(alive(p) for p in pids), 10, "workers to exit")
+    with dcf.Cluster.local(1) as fresh, dcf.Session(cluster=fresh) as s2:
+        with on(0):
+            y = dcf.constant(2.0) * 3.0
+        assert s2.run(y) == 6.0
+
+
+def test_silent_worker_raises_worker_error_after_the_heartbeat_timeout():
+    with dcf.Cluster.local(2) as cluster:
+        out = _long_loop()
+        config = dcf.SessionConfig(heartbeat_timeout_s=1.0)
+        with dcf.Session(cluster=cluster, config=config) as sess:
+            th, box = _run_in_thread(lambda: sess.run(out))
+            time.sleep(0.3)
+            t_stop = time.monotonic()
+            os.kill(cluster.worker_pids[1], signal.SIGSTOP)
+            try:
+                th.join(10)
+                assert isinstance(box.get("error"), WorkerError), box
+                assert "/job:worker/task:1" in str(box["error"])
+                assert "heartbeat" in str(box["error"])
+                assert box["t"] - t_stop < 1.0 + 1.5
+            finally:
+                os.kill(cluster.worker_pids[1], signal.SIGCONT)
+            # once it answers again (heartbeats), runs may use it again
+            with on(1):
+                y = dcf.constant(1.0) + 1.0
+            _wait_for(lambda: cluster._client.workers["/job:worker/task:1"].alive, 10,
+                      "the worker to be heard from again")
+            assert sess.run(y) == 2.0
+
+
+def test_deadline_aborts_the_step_on_every_worker_and_the_session_goes_on():
+    with dcf.Cluster.local(3) as cluster:
+        with on(1):
+            q = dcf.FIFOQueue(4, [dcf.float32], shapes=[()], name="q")
+            item = q.dequeue()                  # the queue stays empty: it waits forever
+        with on(2):
+            spin = _long_loop(10**8)[1]         # and a loop across workers 0 and 1
+        total = item + spin
+        with dcf.Session(cluster=cluster) as sess:
+            t0 = time.monotonic()
+            with pytest.raises(DeadlineExceededError, match="timeout_s=0.5"):
+                sess.run(total, options=dcf.RunOptions(timeout_s=0.5))
+            assert time.monotonic() - t0 < 3.0
+            _wait_for(lambda: all(cluster._stats(k)[0]["steps"] == 0 for k in range(3)),
+                      10, "every worker to drop the aborted step")
+            with on(1):
+                fill = q.enqueue([dcf.constant(7.0)])
+            sess.run(fill)
+            assert sess.run(item) == 7.0
+
+
+def test_workers_exit_when_their_client_process_dies(tmp_path):
+    script = tmp_path / "client.py"
+    script.write_text(textwrap.dedent("""
+        import sys, time
+        import dcf
+        cluster = dcf.Cluster.local(2)
+        print(" ".join(map(str, cluster.worker_pids)), flush=True)
+        time.sleep(60)
+    """))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), env.get("PYTHONPATH", "")])
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, env=env,
+                            text=True)
+    try:
+        pids = [int(p) for p in proc.stdout.readline().split()]
+        assert len(pids) == 2 and all(alive(p) for p in pids)
+        proc.kill()
+        proc.wait(5)
+        _wait_for(lambda: not any(alive(p) for p in pids), 10, "orphaned workers to exit")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_close_during_a_run_fails_the_run_and_stops_the_workers():
+    cluster = dcf.Cluster.local(2)
+    pids = list(cluster.worker_pids)
+    sess = dcf.Session(cluster=cluster)
+    th, box = _run_in_thread(lambda: sess.run(_long_loop()))
+    time.sleep(0.3)
+    cluster.close()
+    th.join(10)
+    assert isinstance(box.get("error"), (WorkerError, RuntimeError)), box
+    _wait_for(lambda: not any(alive(p) for p in pids), 10, "workers to exit")
