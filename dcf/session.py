@@ -178,6 +178,8 @@ class AsyncSession:
         if self._closed:
             raise RuntimeError("this session is closed")
         if self.cluster is not None and not self.cluster._io.in_loop():
+            if self.cluster._closed:
+                raise RuntimeError("this session's cluster is closed")
             return await self.cluster._io.wrap(self.run(fetches, feed_dict, options,
                                                         run_metadata))
         options = options or RunOptions()
@@ -453,6 +455,9 @@ class Session:
     def _call(self, coro: Any) -> Any:
         cluster = self._async.cluster
         if cluster is not None:
+            if cluster._closed:
+                coro.close()
+                raise RuntimeError("this session's cluster is closed")
             return cluster._io.call(coro)  # runs on the cluster's I/O loop
         try:
             asyncio.get_running_loop()

@@ -120,14 +120,17 @@ class GpuDevice:
     def relieve(self, attempt: int) -> bool:
         """Make room after a failed allocation; False when nothing more can be done.
         0: drop the pool's cached blocks (the pool's limit counts them) and garbage;
-        1: wait for swap-outs in flight (throttling); then give up."""
+        1: wait for swap-outs in flight (throttling); 2: give back prefetched values;
+        then give up."""
         if attempt == 0:
             gc.collect()
             self.collect()
             self.pool.free_all_blocks()
             return True
         if attempt == 1:
-            return self.swapper.make_room()
+            return self.swapper.make_room() or self.swapper.evict_prefetched()
+        if attempt == 2:
+            return self.swapper.evict_prefetched()
         return False
 
     def configure(self, limit: int | None, threshold: float) -> None:
@@ -228,7 +231,6 @@ class GpuDevice:
         if _ACTIVE[0] is not self or _ACTIVE[1] != _ident():
             self.activate()
         host = np.asarray(host)
-        cp = self.cp
         dst = self.alloc(host.shape, host.dtype, what)
         n = host.nbytes
         if n == 0:
@@ -273,6 +275,8 @@ class GpuDevice:
         if _ACTIVE[0] is not self or _ACTIVE[1] != _ident():
             self.activate()
         src = gv.array
+        if not src.flags.c_contiguous:
+            raise ValueError(f"peer copy of a non-contiguous array ({what})")
         dst = self.alloc(src.shape, src.dtype, what)
         s = self.h2d
         self._copy_stream_after_compute(s)
@@ -300,6 +304,9 @@ class GpuDevice:
             dev = v.data.device_id
             if dev == self.index:
                 return v
+            if not v.flags.c_contiguous:
+                with self.cp.cuda.Device(dev):
+                    v = self.cp.ascontiguousarray(v).reshape(v.shape)
             return self.from_peer(_PeerValue(v, self._record_on(dev), dev), what, where)
         if t is _PeerValue:
             if v.device == self.index:
@@ -472,6 +479,7 @@ class _Swapper:
         self.prefetched_bytes = 0
         self._used = 0          # pool use, sampled: cupy's used_bytes() walks every chunk
         self._countdown = 0
+        self.prefetched: set = set()   # records brought back ahead of their pop
 
     def reset(self) -> None:
         self._countdown = 0
@@ -561,6 +569,7 @@ class _Swapper:
         if st == _Rec.IN:
             gpu.compute.wait_event(rec.ev_in)
         rec.refs -= 1
+        self.prefetched.discard(rec)
         if rec.refs == 0:
             if self.by_key.get(rec.key) is rec:
                 del self.by_key[rec.key]
@@ -590,6 +599,8 @@ class _Swapper:
         rec.ev_in = gpu.record(s)
         rec.dev = dst
         rec.state = _Rec.IN
+        if waited is not None:
+            self.prefetched.add(rec)
         self.prefetched_bytes += rec.nbytes
         gpu.stats["swap_in_bytes"] += rec.nbytes
         if t0 is not None:
@@ -600,7 +611,11 @@ class _Swapper:
     def _prefetch(self, below: list) -> None:
         waited = [False]
         n = 0
-        room = self.gpu.capacity * PREFETCH_MAX_USE - self.usage()
+        gpu = self.gpu
+        used = self.usage()
+        if gpu.limit and used > 0.8 * gpu.limit:   # near the budget: a fresh reading
+            used = self._used = gpu.used_bytes()
+        room = gpu.capacity * PREFETCH_MAX_USE - used
         for k in range(len(below) - 1, -1, -1):
             item = below[k]
             if type(item) is not _Rec:
@@ -613,6 +628,21 @@ class _Swapper:
             n += 1
             if n >= PREFETCH_ITEMS:
                 break
+
+    def evict_prefetched(self) -> bool:
+        """Give back the device copies of values brought in ahead of their pop (their
+        host copies stay; the pop fetches them again)."""
+        if not self.prefetched:
+            return False
+        self.gpu.h2d.synchronize()         # no copy may still write the buffers
+        for rec in self.prefetched:
+            if rec.state == _Rec.IN and rec.host is not None:
+                rec.dev = None
+                rec.ev_in = None
+                rec.state = _Rec.HOST
+        self.prefetched.clear()
+        self.gpu.stats["evicted"] += 1
+        return True
 
     def make_room(self) -> bool:
         """Throttle: finish every pending swap-out so its device buffer is freed."""
@@ -827,6 +857,8 @@ class _GpuRendezvous:
         if peer is not None:
             if _ACTIVE[0] is not gpu or _ACTIVE[1] != _ident():
                 gpu.activate()
+            if not value.flags.c_contiguous:    # a view (e.g. a split): copy it compact
+                value = gpu.cp.ascontiguousarray(value).reshape(value.shape)
             self._inner.send(key, _PeerValue(value, gpu.record(gpu.compute), gpu.index))
             return
         host, ev = gpu.to_host_async(value, f"send {key[1]}", _where(key))
@@ -896,6 +928,8 @@ class GpuActor(DeviceActor):
             try:
                 ex = await super().run_step(plan, feeds, step, view, **kw)
             except MemoryError as e:        # an allocation outside any kernel (a copy)
+                if isinstance(e, ResourceExhaustedError):
+                    raise
                 raise ResourceExhaustedError(gpu._oom_text("a transfer", e)) from None
             await view.drain()
             pending = []

@@ -5,4 +5,4 @@ from tests.core.test_devices_and_parallelism import *  # noqa: F401,F403
 
 # These check CPU placement ("/cpu:0" in the device set, one partition per loop)
 # or the CPU trace layout (7-tuples; GPU events add a track): not GPU results.
-del test_nested_split_loops_run_on_every_device
+del test_nested_split_loops_run_on_every_device  # noqa: F821
