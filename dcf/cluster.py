@@ -311,12 +311,10 @@ class _Client:
             self._heard(w)
         if kind == "batch":
             try:
-                items = decode_batch(blob)
+                for key, value, is_dead in decode_batch(blob):
+                    self._on_tensor(src, key, value, is_dead)
             except CodecError:
                 self.transport.rejections["batch"] += 1
-                return
-            for key, value, is_dead in items:
-                self._on_tensor(src, key, value, is_dead)
             return
         if kind == "hello":
             # a started worker reports where it bound; a spec's address stays as written

@@ -218,12 +218,10 @@ class WorkerHost:
         kind = msg.get("type")
         if kind == "batch":  # data messages in one: from a client or a peer worker
             try:
-                items = decode_batch(blob)
+                for key, value, is_dead in decode_batch(blob):
+                    self._on_tensor(src, key, value, is_dead)
             except CodecError:
                 self.transport.rejections["batch"] += 1
-                return
-            for key, value, is_dead in items:
-                self._on_tensor(src, key, value, is_dead)
             return
         c = self.clients.get(src)
         if c is None:

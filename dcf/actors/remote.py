@@ -27,7 +27,7 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from typing import Any
 
 import msgpack
@@ -100,9 +100,10 @@ def encode_batch(items: list[tuple[tuple, Any]]) -> bytes:
     return msgpack.packb(out, use_bin_type=True)
 
 
-def decode_batch(blob: bytes | None) -> list[tuple[tuple, Any, bool]]:
-    """The (key, value | None, is_dead) items of an `encode_batch` blob; CodecError if
-    anything about it is malformed."""
+def decode_batch(blob: bytes | None) -> Iterator[tuple[tuple, Any, bool]]:
+    """The (key, value | None, is_dead) items of an `encode_batch` blob, decoded one at a
+    time (the first is acted on before the next is decoded); CodecError where anything is
+    malformed."""
     if blob is None:
         raise CodecError("a batch message has no blob")
     try:
@@ -114,12 +115,10 @@ def decode_batch(blob: bytes | None) -> list[tuple[tuple, Any, bool]]:
         raise CodecError(f"batch is not valid msgpack: {type(e).__name__}: {e}") from e
     if not isinstance(items, list):
         raise CodecError("a batch is a list of tensor messages")
-    out = []
     for frames in items:
         if not (isinstance(frames, list) and all(isinstance(f, bytes) for f in frames)):
             raise CodecError("a batch item is a list of byte frames")
-        out.append(decode_tensor(frames))
-    return out
+        yield decode_tensor(frames)
 
 
 def _no_ext(code: int, data: bytes) -> Any:
