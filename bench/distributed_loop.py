@@ -35,7 +35,15 @@ from typing import Any
 import numpy as np
 
 import dcf
-from bench.harness import Result, Stats, base_argparser, peer_available, peer_versions, report
+from bench.harness import (
+    Result,
+    Stats,
+    base_argparser,
+    cpu_model,
+    peer_available,
+    peer_versions,
+    report,
+)
 
 PARALLEL_ITERATIONS = 32
 VARIANTS = {False: "no barrier", True: "barrier"}
@@ -132,14 +140,7 @@ def _rates(samples_s: list[float], n: int) -> dict[str, float]:
 
 
 def machine() -> dict[str, Any]:
-    model = platform.processor() or "unknown"
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            model = next(line.split(":", 1)[1].strip() for line in f
-                         if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return {"cpus": os.cpu_count(), "cpu_model": model, "python": platform.python_version(),
+    return {"cpus": os.cpu_count(), "cpu_model": cpu_model(), "python": platform.python_version(),
             "numpy": np.__version__, "dcf": getattr(dcf, "__version__", "?"),
             "loadavg_start": list(os.getloadavg())}
 

@@ -49,7 +49,16 @@ from typing import Any
 import numpy as np
 
 import dcf
-from bench.harness import Result, Stats, base_argparser, peer_available, peer_versions, report
+from bench.harness import (
+    Result,
+    Stats,
+    base_argparser,
+    cpu_model,
+    git_head,
+    peer_available,
+    peer_versions,
+    report,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -65,28 +74,6 @@ def load_example() -> Any:
     sys.modules[name] = mod
     spec.loader.exec_module(mod)
     return mod
-
-
-def _git_head() -> str | None:
-    import subprocess
-
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, timeout=10,
-                             capture_output=True, text=True, check=False)
-        return out.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 # ------------------------------------------------------------------------------ TF1 peer
@@ -328,10 +315,10 @@ def main(argv: list[str] | None = None) -> dict:
         "dqn": dict(vars(learn_cfg)), "learning_skip": learn_cfg.learn_start + 100,
         "training_run": {"steps": 3 * run_block, "dqn": dict(vars(run_cfg))},
         "tf1": tf1, "peers": peer_versions() if tf1 else {},
-        "cpus": os.cpu_count(), "cpu_model": _cpu_model(),
+        "cpus": os.cpu_count(), "cpu_model": cpu_model(),
         "python": platform.python_version(), "numpy": np.__version__,
         "gymnasium": gymnasium.__version__, "dcf": getattr(dcf, "__version__", "?"),
-        "git_head": _git_head(),
+        "git_head": git_head(),
         "loadavg_before": [round(x, 2) for x in load_before],
         "loadavg_after": [round(x, 2) for x in os.getloadavg()],
     }

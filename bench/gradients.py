@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import cProfile
 import functools
-import hashlib
 import io
 import json
 import os
@@ -63,9 +62,11 @@ from bench.harness import (
     Result,
     Stats,
     base_argparser,
+    cpu_model,
     peer_available,
     peer_versions,
     report,
+    source_fingerprint,
     time_call,
 )
 from bench.peers import LSTM_LEARNING_RATE, grad_chain_data, lstm_data
@@ -81,33 +82,9 @@ HOT_PATH_FILES = ("executor.py", "frame_compiler.py", "session.py", "nn.py", "op
 
 
 # ------------------------------------------------------------------------ machine facts
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def machine_config() -> dict[str, Any]:
     """The machine, environment, load and dcf source (git HEAD + hot-file hashes)."""
-    root = os.path.dirname(os.path.abspath(dcf.__file__))
-    src: dict[str, Any] = {}
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root,
-                              capture_output=True, text=True, timeout=10, check=False)
-        src["git_head"] = head.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        src["git_head"] = None
-    for rel in HOT_PATH_FILES:
-        try:
-            with open(os.path.join(root, rel), "rb") as f:
-                src[rel] = hashlib.sha1(f.read()).hexdigest()[:10]
-        except OSError:
-            src[rel] = None
+    src = source_fingerprint(HOT_PATH_FILES)
     try:
         load = list(os.getloadavg())
     except OSError:

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import importlib
 import importlib.util
 import json
 import math
 import os
+import platform
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -409,3 +412,42 @@ def peer_available(name: str) -> bool:
 def peer_versions() -> dict[str, str]:
     """Versions of the peers found available so far (after :func:`peer_available`)."""
     return dict(_peer_versions)
+
+
+# ------------------------------------------------------------------ machine facts
+_DCF_ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "dcf")
+
+
+def cpu_model() -> str:
+    """The CPU model name from /proc/cpuinfo (or platform.processor())."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def git_head() -> str | None:
+    """The repository's short HEAD (read-only `git rev-parse`), None outside git."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=_DCF_ROOT,
+                             capture_output=True, text=True, timeout=10, check=False)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def source_fingerprint(files: tuple[str, ...]) -> dict[str, Any]:
+    """git HEAD and a short sha1 of each listed dcf source file (paths relative to dcf/):
+    the tree may hold uncommitted edits when a benchmark runs."""
+    out: dict[str, Any] = {"git_head": git_head()}
+    for rel in files:
+        try:
+            with open(os.path.join(_DCF_ROOT, rel), "rb") as f:
+                out[rel] = hashlib.sha1(f.read()).hexdigest()[:10]
+        except OSError:
+            out[rel] = None
+    return out

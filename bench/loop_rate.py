@@ -37,11 +37,9 @@ bench/NOTES.md, so this is the conservative ratio).
 from __future__ import annotations
 
 import functools
-import hashlib
 import math
 import os
 import platform
-import subprocess
 from collections.abc import Callable
 from typing import Any
 
@@ -52,9 +50,11 @@ from bench.harness import (
     Result,
     Stats,
     base_argparser,
+    cpu_model,
     peer_available,
     peer_versions,
     report,
+    source_fingerprint,
     time_call,
 )
 from bench.peers import matmul64_data
@@ -64,42 +64,11 @@ PARALLEL_ITERATIONS = (1, 32)
 DCF_SYSTEMS = {"dcf": True, "dcf-executor": False}  # system -> compile_frames
 
 
-def cpu_model() -> str:
-    """The CPU model name from /proc/cpuinfo (or platform.processor())."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 #: The hot-path sources whose content a result depends on (fingerprinted in the config,
 #: since the tree may hold uncommitted edits when a benchmark runs).
 HOT_PATH_FILES = ("executor.py", "frame_compiler.py", "session.py", "plan.py",
                   "actors/device_actor.py", "ops/registry.py", "ops/math_ops.py",
                   "ops/control_ops.py")
-
-
-def source_fingerprint() -> dict[str, Any]:
-    """git HEAD (read-only ``git rev-parse``) and a short sha1 of each hot-path file."""
-    root = os.path.dirname(os.path.abspath(dcf.__file__))
-    out: dict[str, Any] = {}
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root,
-                              capture_output=True, text=True, timeout=10, check=False)
-        out["git_head"] = head.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        out["git_head"] = None
-    for rel in HOT_PATH_FILES:
-        try:
-            with open(os.path.join(root, rel), "rb") as f:
-                out[rel] = hashlib.sha1(f.read()).hexdigest()[:10]
-        except OSError:
-            out[rel] = None
-    return out
 
 
 def machine_config() -> dict[str, Any]:
@@ -111,7 +80,7 @@ def machine_config() -> dict[str, Any]:
         "numpy": np.__version__,
         "dcf": getattr(dcf, "__version__", "?"),
         "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"),
-        "dcf_source": source_fingerprint(),
+        "dcf_source": source_fingerprint(HOT_PATH_FILES),
     }
 
 
