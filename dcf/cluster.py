@@ -30,7 +30,6 @@ import msgpack
 from dcf.actors.codec import CodecError
 from dcf.actors.graphdef import encode_parts
 from dcf.actors.remote import (
-    BATCH_MAX_BYTES,
     FEED,
     FETCH,
     LoopThread,
@@ -38,6 +37,7 @@ from dcf.actors.remote import (
     decode_batch,
     encode_batch,
     error_from_msg,
+    split_batch,
     valid_key,
 )
 from dcf.device import DeviceSpec
@@ -380,12 +380,9 @@ class _Client:
             raise InvalidArgumentError(f"cannot send {key[1]!r} to {peer}: {e}") from e
 
     def send_batch(self, peer: str, items: list) -> None:
-        small = []
-        for key, v in items:
-            if v is DEAD or getattr(v, "nbytes", 0) <= BATCH_MAX_BYTES:
-                small.append((key, v))
-            else:
-                self.send_tensor(peer, key, v)
+        small, large = split_batch(items)
+        for key, v in large:
+            self.send_tensor(peer, key, v)
         if len(small) == 1:
             self.send_tensor(peer, *small[0])
         elif small:

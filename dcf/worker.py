@@ -30,7 +30,6 @@ from dcf.actors.codec import CodecError
 from dcf.actors.device_actor import DeviceActor
 from dcf.actors.graphdef import decode_parts
 from dcf.actors.remote import (
-    BATCH_MAX_BYTES,
     FEED,
     FETCH,
     LowLatencyTransport,
@@ -38,6 +37,7 @@ from dcf.actors.remote import (
     encode_batch,
     error_to_msg,
     new_event_loop,
+    split_batch,
     valid_key,
 )
 from dcf.actors.rendezvous import LocalRendezvous
@@ -198,12 +198,9 @@ class WorkerHost:
                 f"cannot send {key[1]!r} to {peer}: {e}") from e
 
     def _remote_send_batch(self, peer: str, items: list) -> None:
-        small = []
-        for key, v in items:
-            if v is DEAD or getattr(v, "nbytes", 0) <= BATCH_MAX_BYTES:
-                small.append((key, v))
-            else:
-                self._remote_send(peer, key, v)
+        small, large = split_batch(items)
+        for key, v in large:
+            self._remote_send(peer, key, v)
         if len(small) == 1:
             self._remote_send(peer, *small[0])
         elif small:

@@ -37,6 +37,7 @@ from dcf import errors
 from dcf.actors import transport as _transport
 from dcf.actors.codec import CodecError, decode_tensor, encode_tensor
 from dcf.actors.transport import ZmqTransport
+from dcf.token import DEAD
 
 __all__ = ["BATCH_MAX_BYTES", "FEED", "FETCH", "LoopThread", "LowLatencyTransport",
            "decode_batch", "encode_batch", "error_from_msg", "error_to_msg", "new_event_loop",
@@ -80,6 +81,15 @@ def error_from_msg(msg: dict, worker: str) -> errors.DcfError:
         err = errors.WorkerError(f"worker {worker} failed: {text}")
     err._dcf_located = True  # type: ignore[attr-defined]
     return err
+
+
+def split_batch(items: list[tuple[tuple, Any]]) -> tuple[list, list]:
+    """(values small enough to share one batch message, values sent on their own)."""
+    small, large = [], []
+    for key, v in items:
+        (small if v is DEAD or getattr(v, "nbytes", 0) <= BATCH_MAX_BYTES else large).append(
+            (key, v))
+    return small, large
 
 
 def encode_batch(items: list[tuple[tuple, Any]]) -> bytes:
