@@ -54,9 +54,11 @@ class MultiLayerLSTM:
                     t1 = t + 1
                 return (t1,) + tuple(new)
 
-            with dcf.device(ldev[0]):
-                res = dcf.while_loop(lambda t, *_: t < steps, body, (0,) + tuple(state0),
-                                     parallel_iterations=pi)
+            # No device scope around the loop: each layer's loop variables (Enter/Merge/
+            # Switch/NextIteration/Exit) go where their initial state is, the layer's
+            # device; the counter and predicate stay on the host.
+            res = dcf.while_loop(lambda t, *_: t < steps, body, (0,) + tuple(state0),
+                                 parallel_iterations=pi)
             with dcf.device(ldev[-1]):
                 self.loss = dcf.reduce_sum(res[-1])
             # gradient ops sit with their forward ops; each layer's update runs on the

@@ -48,8 +48,10 @@ def build(devs: list[str], n_layers: int, K: int, N: int, pi: int, seed: int = 0
     ldev = layer_devices(n_layers, devs)
     g = dcf.Graph()
     with g.as_default():
-        with dcf.device(ldev[0]):
-            init = [dcf.constant(s0) for _ in range(n_layers)]
+        init = []
+        for d in range(n_layers):       # each layer's state lives on its layer's device
+            with dcf.device(ldev[d]):
+                init.append(dcf.constant(s0))
 
         def body(i, *s):
             out, prev = [], None
@@ -62,9 +64,11 @@ def build(devs: list[str], n_layers: int, K: int, N: int, pi: int, seed: int = 0
                     out.append(prev)
             return (i + 1,) + tuple(out)
 
-        with dcf.device(ldev[0]):
-            res = dcf.while_loop(lambda i, *s: i < N, body, (0,) + tuple(init),
-                                 parallel_iterations=pi)
+        # No device scope around the loop: each loop variable's Enter/Merge/Switch/
+        # NextIteration/Exit goes where its initial value is (its layer's device), and
+        # the counter and predicate (i < N) stay on the host's /cpu:0.
+        res = dcf.while_loop(lambda i, *s: i < N, body, (0,) + tuple(init),
+                             parallel_iterations=pi)
     return g, res[-1], Ws, s0
 
 

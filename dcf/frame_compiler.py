@@ -11,6 +11,7 @@ It yields every few milliseconds so the event loop stays responsive.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import sys
 import time
@@ -135,6 +136,20 @@ class _Codegen:
                                     "_err": InvalidArgumentError}
         self.mayd: dict[tuple[int, int], bool] = {}
         self.node_dead: dict[int, str | None] = {}
+        self.fuse_root: dict[int, tuple] = {}   # elementwise GPU trees (one kernel each)
+        self.fuse_skip: set[int] = set()
+
+    def plan_fusion(self, f: FrameInfo) -> None:
+        gpu_of = self.cf.plan.gpu_of
+        if not gpu_of:
+            return
+        from dcf.elementwise_fusion import fusion_groups
+
+        for root, grp in fusion_groups(f.nodes, gpu_of, self.inputs).items():
+            if not hasattr(gpu_of[root].cp, "ElementwiseKernel"):
+                continue
+            self.fuse_root[root] = grp
+            self.fuse_skip.update(n.id for n in grp[0])
 
     # ---------------------------------------------------------------- emit
     def emit(self, depth: int, text: str, node: NodeInfo | None = None,
@@ -185,6 +200,7 @@ class _Codegen:
         self.emit(1, "if False: yield")
         for ref in self.cf.feeds:
             self.emit(1, f"v{ref.id}_0 = _feeds[{ref.id[1:]}]")
+        self.plan_fusion(root)
         for item in self.order(root, []):
             if isinstance(item, FrameInfo):
                 self.child_block(item, 1)
@@ -222,6 +238,13 @@ class _Codegen:
         for x in f.exits:
             self.emit(d, f"x{x.id} = DEAD")
         self.emit(d, f"{itv} = 0")
+        self.plan_fusion(f)
+        gpus = self.frame_gpus(f)
+        if gpus:
+            # parallel_iterations bounds the iterations whose GPU work is in flight
+            self.env[f"_mark{itv}"] = _marker(gpus)
+            self.env["_deque"] = collections.deque
+            self.emit(d, f"_gq{itv} = _deque()")
         self.emit(d, "while True:")
         b = d + 1
         for m in loop_merges:
@@ -267,6 +290,12 @@ class _Codegen:
         for n, m in nexts:
             self.emit(b, f"m{m.id} = n{n.id}")
         self.emit(b, f"{itv} += 1")
+        if gpus:
+            q = f"_gq{itv}"
+            self.emit(b, f"{q}.append(_mark{itv}())")
+            self.emit(b, f"if len({q}) >= {max(1, int(f.parallel_iterations))}:")
+            self.emit(b + 1, f"for _ev in {q}.popleft():")
+            self.emit(b + 2, "while not _ev.done: yield _ev")
         # Look at the clock every _N iterations, _N adapting (1..64) so that checks come
         # about every 0.5 ms whether an iteration takes 100 ns or 10 ms.
         self.emit(b, "_n -= 1")
@@ -280,6 +309,22 @@ class _Codegen:
         for x in f.exits:
             self.mayd[(x.id, 0)] = entry_dead  # a live loop always ends with live exits
         return f.exits
+
+    def frame_gpus(self, f: FrameInfo) -> list:
+        """The GPUs that nodes of `f` (nested frames included) enqueue work on."""
+        gpu_of = self.cf.plan.gpu_of
+        if not gpu_of:
+            return []
+        out: dict[int, Any] = {}
+        todo = [f]
+        while todo:
+            g = todo.pop()
+            for n in g.nodes:
+                gpu = gpu_of.get(n.id)
+                if gpu is not None:
+                    out[id(gpu)] = gpu
+            todo.extend(g.children)
+        return list(out.values())
 
     def child_block(self, g: FrameInfo, d: int) -> None:
         enters = [n for n in self.cf.plan.nodes if n.kind == Kind.ENTER and n.child is g]
@@ -341,7 +386,10 @@ class _Codegen:
         return out
 
     def node(self, n: NodeInfo, d: int, itv: str) -> None:
-        ins = self.inputs(n)
+        if n.id in self.fuse_skip:
+            return       # computed inside the fused kernel of its consumer
+        grp = self.fuse_root.get(n.id)
+        ins = grp[1] if grp is not None else self.inputs(n)
         args, dead_terms = [], []
         for i in ins:
             src, k = i
@@ -394,13 +442,36 @@ class _Codegen:
             return
         if n.kind != Kind.KERNEL:
             raise _NotCompilable(f"{n.type} in a compiled frame")
+        if n.type == "_ToHost":   # a GPU value the host must see: yield until it is here
+            self.env[f"f{n.id}"] = n.fn
+            e = d
+            if maybe_dead:
+                self.emit(d, f"if {' or '.join(dead_terms)}:")
+                self.emit(d + 1, f"{outs[0]} = DEAD; d{n.id} = True")
+                self.emit(d, "else:")
+                self.emit(d + 1, f"d{n.id} = False")
+                e = d + 1
+            self.emit(e, f"{outs[0]}, _ev = f{n.id}({args[0]})", n, itv)
+            self.emit(e, "if _ev is not None:")
+            self.emit(e + 1, "while not _ev.done: yield _ev")
+            self.emit(e + 1, f"if not {outs[0]}.ndim: {outs[0]} = {outs[0]}[()]")
+            self.mayd[(n.id, 0)] = maybe_dead
+            self.node_dead[n.id] = f"d{n.id}" if maybe_dead else None
+            return
         if n.type == "Const" and not args:
             self.env[f"_C{n.id}"] = n.fn()  # hoisted: the value never changes
             call = f"_C{n.id}"
-        elif n.type in _INLINE and n.n_out == 1 and self.cf.plan.xp is np:  # GPU: call fn
+        elif n.type in _INLINE and n.n_out == 1 and self.cf.plan.xp is np and \
+                n.id not in self.cf.plan.gpu_of:  # GPU: call fn (it picks device/stream)
             call = _INLINE[n.type].format(*args)
         else:
-            self.env[f"f{n.id}"] = n.fn
+            if grp is not None:
+                from dcf.elementwise_fusion import FusedElementwise
+
+                self.env[f"f{n.id}"] = FusedElementwise(self.cf.plan.gpu_of[n.id], grp[2],
+                                                        len(grp[1]), grp[3])
+            else:
+                self.env[f"f{n.id}"] = n.fn
             call = f"f{n.id}({', '.join(args)})"
         if n.n_out == 0:
             assign = call
@@ -419,6 +490,18 @@ class _Codegen:
         for k in range(n.n_out):
             self.mayd[(n.id, k)] = maybe_dead
         self.node_dead[n.id] = f"d{n.id}" if maybe_dead else None
+
+
+def _marker(gpus: list) -> Any:
+    """A function recording, on each GPU's compute stream, an event for the work
+    enqueued so far."""
+    def mark() -> list:
+        evs = []
+        for g in gpus:
+            g.activate()          # an event is recorded with its stream's device current
+            evs.append(g.record(g.compute))
+        return evs
+    return mark
 
 
 def _all_exits(g: FrameInfo) -> list[NodeInfo]:

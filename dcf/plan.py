@@ -94,6 +94,7 @@ class ExecPlan:
     feed_pnodes: list = field(default_factory=list)   # the _Feed PNode of each feed index
     fetch_refs: list = field(default_factory=list)    # (NodeInfo, output) per fetch index
     compiled_root: Any = None                         # CompiledRoot when straight-line
+    gpu_of: dict = field(default_factory=dict)        # node id -> GpuDevice it runs on
 
 
 def nodes_from_ops(ops: list[Operation]) -> dict[Operation, PNode]:
@@ -112,6 +113,9 @@ def nodes_from_ops(ops: list[Operation]) -> dict[Operation, PNode]:
 
 
 def _bind(p: PNode, xp: Any, resources: Any) -> Any:
+    bound = p.attrs.get("_bound")
+    if bound is not None:   # a node made with its callable (a fused plan's transfers)
+        return bound
     if p.kernel is None:
         return None
     kw = dict(p.attrs)
@@ -126,7 +130,8 @@ def _bind(p: PNode, xp: Any, resources: Any) -> Any:
 
 def build_plan(pnodes: list[PNode], feeds: list[tuple[PNode, int]],
                fetches: list[tuple[PNode, int]], *, xp: Any = np, resources: Any = None,
-               frame_parents: dict[str, tuple[str, int]] | None = None) -> ExecPlan:
+               frame_parents: dict[str, tuple[str, int]] | None = None,
+               resources_of: Any = None) -> ExecPlan:
     """Compile `pnodes` into an ExecPlan.
 
     feeds: (node, output) pairs whose values the run supplies (consumers read the fed
@@ -134,6 +139,8 @@ def build_plan(pnodes: list[PNode], feeds: list[tuple[PNode, int]],
     fetches: (node, output) pairs whose root-frame values the run returns.
     frame_parents: frame name -> (parent frame name, parallel_iterations) for frames
     this partition holds no Enter of (the partitioner's control loops supply them).
+    resources_of: device name -> that device's resources, for a plan whose nodes sit on
+    several devices (dcf/fused.py); each node is bound to its own device's resources.
     """
     frames: dict[str, FrameInfo] = {}
     parents = dict(frame_parents or {})
@@ -163,9 +170,11 @@ def build_plan(pnodes: list[PNode], feeds: list[tuple[PNode, int]],
         n_in = len(p.inputs)
         has_ctrl = bool(p.control)
         extra = 2 if p.kind == Kind.MERGE else 0
+        res = resources if resources_of is None else resources_of(p.device)
         info = NodeInfo(
             id=len(infos), local=len(fr.nodes), name=p.name, type=p.type, kind=int(p.kind),
-            fn=_bind(p, xp, resources), n_in=n_in, in_base=fr.n_slots,
+            fn=_bind(p, xp if resources_of is None else res.xp, res), n_in=n_in,
+            in_base=fr.n_slots,
             ctrl_slot=fr.n_slots + n_in + extra if has_ctrl else -1, n_out=p.n_out, frame=fr,
             op=p.op, pnode=p)
         fr.n_slots += n_in + extra + (1 if has_ctrl else 0)

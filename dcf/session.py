@@ -61,12 +61,17 @@ class SessionConfig:
         loop values start to swap. heartbeat_timeout_s: how long a silent worker may
         stay silent before runs fail with WorkerError. compile_frames: run loop frames
         that sit on one device as straight-line Python (same semantics, faster).
+        fuse_devices: when every device of a run is in this process, run the whole
+        graph as one compiled program with transfers at device boundaries instead of
+        partitions exchanging messages (dcf/fused.py; needs compile_frames; traced
+        runs stay partitioned).
     """
 
     gpu_memory_limit: int | None = None
     swap_threshold: float = 0.7
     heartbeat_timeout_s: float = 5.0
     compile_frames: bool = True
+    fuse_devices: bool = True
     intra_op_threads: int | None = 1  # BLAS threads (process-wide; None leaves it alone)
 
 
@@ -77,6 +82,7 @@ class _RunPlan:
     structure: Any
     feed_tensors: list
     remote: Any = None     # the partitions shipped to cluster workers (dcf.cluster)
+    fused: Any = None      # (FUSED, plan, feed index list, fetch map): see dcf/fused.py
 
 
 _step_ids = itertools.count(1)
@@ -160,6 +166,9 @@ class AsyncSession:
                               [(p, idx) for p, idx, _ in prt.fetches],
                               xp=actor.resources.xp, resources=actor.resources,
                               frame_parents=prt.frame_parents)
+            gpu = getattr(actor, "gpu", None)
+            if gpu is not None:
+                plan.gpu_of = dict.fromkeys(range(len(plan.nodes)), gpu)
             if self.config.compile_frames:
                 from dcf.frame_compiler import compile_frames
 
@@ -167,8 +176,26 @@ class AsyncSession:
             built.append((dev, plan, [k for _, k in prt.feeds],
                           [fetch_pos[k] for _, _, k in prt.fetches]))
         rp = _RunPlan(built, fetch_targets, structure, feed_tensors, remote)
+        if remote is None and len(built) > 1 and self.config.compile_frames and \
+                self.config.fuse_devices:
+            rp.fused = self._fused_plan(ops, device_of, fetches, feed_tensors, fetch_pos,
+                                        [dev for dev, *_ in built])
         self._plans[key] = rp
         return rp
+
+    def _fused_plan(self, ops: list, device_of: dict, fetches: list, feed_tensors: list,
+                    fetch_pos: list, devices: list) -> Any:
+        from dcf.fused import FUSED, FusedActor, build_fused
+
+        plan = build_fused(ops, device_of, fetches, feed_tensors,
+                           lambda dev: self._actor(dev).resources)
+        if plan is None:
+            return None
+        gpu_actors = [self._actor(d) for d in devices if hasattr(self._actor(d), "gpu")]
+        key = FUSED + ",".join(sorted(devices))
+        if key not in self._actors:
+            self._actors[key] = FusedActor(gpu_actors)
+        return (key, plan, list(range(len(feed_tensors))), list(fetch_pos))
 
     # ---------------------------------------------------------------- run
     async def run(self, fetches: Any, feed_dict: dict | None = None,
@@ -191,7 +218,8 @@ class AsyncSession:
                                            run_metadata)
         step = next(_step_ids)
         coros = []
-        for dev, plan, feed_idx, _ in rp.parts:
+        parts = rp.parts if rp.fused is None or options.trace else [rp.fused]
+        for dev, plan, feed_idx, _ in parts:
             coros.append(self._actors[dev].run_step(
                 plan, [feed_values[k] for k in feed_idx], step, self._rendezvous,
                 trace=options.trace, compiled=self.config.compile_frames))
@@ -219,7 +247,7 @@ class AsyncSession:
         for i, t in enumerate(targets):
             if isinstance(t, Tensor) and t in fed_value:
                 values[i] = fed_value[t]  # a fed tensor's value is what was fed
-        for ex, (dev, plan, _, fetch_idx) in zip(exs, rp.parts):
+        for ex, (dev, plan, _, fetch_idx) in zip(exs, parts):
             check_fetches(ex, [targets[k].name for k in fetch_idx])
             for local, k in enumerate(fetch_idx):
                 values[k] = _to_numpy(ex.results[local])
@@ -242,22 +270,32 @@ class AsyncSession:
         targets, structure = _flatten_fetches(fetches, self.graph)
         feed_tensors, feed_values = _convert_feeds(feed_dict, self.graph)
         rp = self._plan(targets, feed_tensors, structure)
-        if len(rp.parts) != 1 or rp.parts[0][1].compiled_root is None or \
-                "gpu:" in rp.parts[0][0]:   # GPU actors move feeds and fetches themselves
-            return NOT_INLINE
-        _, plan, feed_idx, fetch_idx = rp.parts[0]
-        gen = plan.compiled_root.start([feed_values[k] for k in feed_idx])
         deadline = None if options.timeout_s is None else time.monotonic() + options.timeout_s
-        try:
-            while True:
-                next(gen)  # it yields every few ms: the moment to check the deadline
-                if deadline is not None and time.monotonic() > deadline:
-                    gen.close()
-                    raise DeadlineExceededError(
-                        f"run did not finish within timeout_s={options.timeout_s}; the session "
-                        "is still usable")
-        except StopIteration as stop:
-            results = stop.value
+
+        def check() -> None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise DeadlineExceededError(
+                    f"run did not finish within timeout_s={options.timeout_s}; the session "
+                    "is still usable")
+
+        if rp.fused is not None:
+            dev, plan, feed_idx, fetch_idx = rp.fused
+            results = self._actors[dev].run_sync(plan, [feed_values[k] for k in feed_idx],
+                                                 check)
+        else:
+            if len(rp.parts) != 1 or rp.parts[0][1].compiled_root is None or \
+                    "gpu:" in rp.parts[0][0]:   # GPU actors move feeds and fetches themselves
+                return NOT_INLINE
+            _, plan, feed_idx, fetch_idx = rp.parts[0]
+            gen = plan.compiled_root.start([feed_values[k] for k in feed_idx])
+            try:
+                while True:
+                    next(gen)  # it yields every few ms: the moment to check the deadline
+                    check()
+            except StopIteration as stop:
+                results = stop.value
+            finally:
+                gen.close()
         values: list[Any] = [None] * len(targets)
         for t, v in zip(feed_tensors, feed_values):
             for i, target in enumerate(targets):

@@ -27,12 +27,15 @@ def rng() -> np.random.Generator:
     return np.random.default_rng(0)
 
 
-@pytest.fixture(params=[True, False], ids=["compiled", "tagged"])
+@pytest.fixture(params=["compiled", "partitioned", "tagged"])
 def compiled(request) -> dcf.SessionConfig:
-    """SessionConfig for both execution paths: the frame compiler's straight-line Python
-    (compile_frames=True) and the tagged-token executor (compile_frames=False). Traced
-    runs (RunOptions(trace=True)) always take the tagged-token path."""
-    return dcf.SessionConfig(compile_frames=request.param)
+    """SessionConfig for every execution path: the frame compiler's straight-line Python
+    with in-process devices fused into one program (the default), the same with one
+    compiled partition per device exchanging Send/Recv messages (fuse_devices=False), and
+    the tagged-token executor (compile_frames=False). Traced runs
+    (RunOptions(trace=True)) always take the tagged-token path."""
+    return dcf.SessionConfig(compile_frames=request.param != "tagged",
+                             fuse_devices=request.param == "compiled")
 
 
 @pytest.fixture

@@ -108,6 +108,7 @@ class GpuDevice:
         self._poller: asyncio.Task | None = None
         self.swapper = _Swapper(self)
         self.stats = collections.Counter()
+        self._peers: set[int] = {index}       # devices whose memory copies here read
 
     # ------------------------------------------------------------ context
     def activate(self) -> None:
@@ -277,6 +278,8 @@ class GpuDevice:
         src = gv.array
         if not src.flags.c_contiguous:
             raise ValueError(f"peer copy of a non-contiguous array ({what})")
+        if gv.device not in self._peers:
+            self._enable_peer(gv.device)
         dst = self.alloc(src.shape, src.dtype, what)
         s = self.h2d
         self._copy_stream_after_compute(s)
@@ -292,6 +295,21 @@ class GpuDevice:
         if t0 is not None:
             self.trace_events.append((f"P2P {what}", "MemcpyPtoP", t0, ev, "h2d") + where)
         return dst
+
+    def _enable_peer(self, other: int) -> None:
+        """Let this GPU's copies read `other`'s memory directly (NVLink/PCIe peer
+        access); without it a peer copy is staged through host memory."""
+        rt = self.cp.cuda.runtime
+        self._peers.add(other)
+        can = getattr(rt, "deviceCanAccessPeer", None)
+        if can is None or not can(self.index, other):
+            return
+        try:
+            with self._device:
+                rt.deviceEnablePeerAccess(other)
+        except Exception as e:   # already enabled (by this process or a library)
+            if "AlreadyEnabled" not in type(e).__name__ + str(e):
+                raise
 
     def import_value(self, v: Any, what: str = "value", where: tuple = ("", -1)) -> Any:
         """A value arriving on this GPU (feed or Recv), in the form kernels here take."""

@@ -16,13 +16,14 @@ differentiated one by one: the table below makes that explicit.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from dcf import dtypes
 from dcf.autodiff.gradients import GradState, _inside, differentiable, vjp
 from dcf.autodiff.loop_state import GradCondContext, GradWhileContext, forward_counter
 from dcf.control_flow import CondInfo, WhileContext, cond, while_loop
-from dcf.graph import Tensor
+from dcf.graph import Operation, Tensor, get_default_graph
 from dcf.ops.registry import RegisterGradient
 
 __all__ = ["cond_grad", "while_grad"]
@@ -177,9 +178,18 @@ def while_grad(state: GradState, w: WhileContext, inputs: list[Tensor],
         gb = grads[:len(bins)]
         gc = grads[len(bins):len(bins) + len(cins)]
         gt = grads[len(bins) + len(cins):]
-        new_dv = [gv if gv is not None else _zeros_like(b) for gv, b in zip(gb, bins)]
-        new_acc = [a + gv if gv is not None else a for a, gv in zip(accs, gc)]
-        new_tacc = [a + gv if gv is not None else a for a, gv in zip(taccs, gt)]
+        new_dv = []
+        for k, gv, b in zip(diff, gb, bins):
+            with colocated_on(_home(w.enters[k])):
+                new_dv.append(gv if gv is not None else _zeros_like(b))
+        new_acc = []
+        for ce, a, gv in zip(consts, accs, gc):
+            with colocated_on(_home(ce)):       # accumulate where the constant lives
+                new_acc.append(a + gv if gv is not None else a)
+        new_tacc = []
+        for t, a, gv in zip(targets, taccs, gt):
+            with colocated_on(t.op.device):
+                new_tacc.append(a + gv if gv is not None else a)
         pushes = getattr(g._ctx.while_ctx, "extra_pushes", [])
         if pushes:
             # second order: the next iteration waits until this one's pushes are done,
@@ -198,9 +208,44 @@ def while_grad(state: GradState, w: WhileContext, inputs: list[Tensor],
                          swap_memory=w.swap_memory, name=f"{w.frame_name}_grad",
                          _lenient_shapes=True)
     _, dv, acc, tacc = res
+    # each gradient loop variable lives where its forward counterpart lives, whatever
+    # device scope gradients() was called in (no per-iteration copies between devices)
+    for k, gv in zip(diff, dv):
+        _colocate_loop_var(gv, _home(w.enters[k]))
+    for ce, gv in zip(consts, acc):
+        _colocate_loop_var(gv, _home(ce))
+    for t, gv in zip(targets, tacc):
+        _colocate_loop_var(gv, t.op.device)
     in_grads: list = [None] * len(inputs)
     for k, gv in zip(diff, dv):
         in_grads[k] = gv
     for ce, gv in zip(consts, acc):
         in_grads[n_vars + w.const_enters.index(ce)] = gv
     return in_grads, dict(zip(targets, tacc))
+
+
+def colocated_on(device: str) -> Any:
+    g = get_default_graph()
+    return g.device(device) if device else contextlib.nullcontext()
+
+
+def _home(enter: Operation) -> str:
+    """The device a forward Enter names, else the one its input names ("" if none)."""
+    return enter.device or (enter.inputs[0].op.device if enter.inputs else "")
+
+
+def _colocate_loop_var(exit_value: Tensor, device: str) -> None:
+    """Put the Enter/Merge/Switch/NextIteration/Exit chain (and the body's Identity) of
+    the loop variable whose Exit gives `exit_value` on `device`."""
+    if not device or exit_value.op.type != "Exit":
+        return
+    exit_op = exit_value.op
+    switch = exit_op.inputs[0].op
+    merge = switch.inputs[0].op
+    if switch.type != "Switch" or merge.type != "Merge":
+        return
+    chain = [exit_op, switch, merge] + [t.op for t in merge.inputs]
+    chain += [c for c in switch.outputs[1].consumers() if c.type == "Identity"]
+    for op in chain:
+        if op.type in ("Enter", "Merge", "Switch", "Exit", "NextIteration", "Identity"):
+            op.device = device

@@ -10,6 +10,7 @@ trip count in reverse (loop_state.py). Building gradients only adds ops.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from typing import Any
 
@@ -119,6 +120,15 @@ def _resolve_x(x: Any) -> list[Tensor]:
                         changed = True
     return [op.outputs[0] for op in g._ops if op.type == "ReadVariableOp"
             and op.inputs[0] in handles]
+
+
+def colocated(op: Operation) -> Any:
+    """A device scope naming `op`'s device when the op names one: gradient ops (and the
+    sums of gradients reaching an op's outputs) are built where the forward op runs,
+    as TF's colocate_gradients_with_ops, whatever scope gradients() was called in."""
+    if op.device:
+        return op.graph.device(op.device)
+    return contextlib.nullcontext()
 
 
 def sum_grads(parts: list[Tensor]) -> Tensor:
@@ -299,7 +309,11 @@ def vjp(state: GradState, ys: list[Tensor], xs: list[Tensor], grad_ys: list,
         out_grads = []
         for t in u.outputs:
             parts = grads.get(t)
-            out_grads.append(sum_grads(parts) if parts else None)
+            if parts and len(parts) > 1:
+                with colocated(t.op):
+                    out_grads.append(sum_grads(parts))
+            else:
+                out_grads.append(sum_grads(parts) if parts else None)
         internal = {}
         if u.kind == "cond":
             # second order: a gradient cond used forward-branch values; their gradients
@@ -366,10 +380,7 @@ def _op_grad(op: Operation, out_grads: list) -> list:
     fn = GRADIENTS[op.type]
     if fn is None:
         return [None] * len(op.inputs)
-    if "gpu:" in op.device:   # a GPU op's gradient is built on its device (colocated)
-        with op.graph.device(op.device):
-            res = fn(op, *out_grads)
-    else:
+    with colocated(op):
         res = fn(op, *out_grads)
     if isinstance(res, Tensor) or res is None:
         res = [res]

@@ -1,0 +1,240 @@
+"""One compiled program over several devices of this process.
+
+When every device of a run lives in this process (CPU devices and local GPUs), the
+partitioned form of the run -- one actor per device, Send/Recv through the rendezvous,
+a control-loop state machine per device and frame -- is one legal way to run it, not
+the only one. Here the whole placed graph becomes one plan instead: every node keeps
+its device (its kernel is bound to that device's resources: its variables, its GPU
+and streams), and every edge that crosses devices gets a transfer node in the frame of
+the value it moves:
+
+- to a GPU: `import_value` (host arrays staged in pinned memory and copied on the h2d
+  stream; another GPU's array copied peer to peer after that GPU's compute event);
+- to a CPU from a GPU: a device-to-host copy on the d2h stream; the generated code
+  yields until the copy's event has completed (the host looks at the value, so it must
+  wait, but it never blocks the event loop);
+- a loop constant (`Enter(is_constant)`) read on another device is moved once per
+  frame instance, before the loop, by a copy of the Enter on the reading device.
+
+The plan compiles (dcf/frame_compiler.py) into one generated function, so a step needs
+no messages and no executor. GPU kernels are enqueued on each device's compute
+stream; since the host only enqueues, iteration t+1's kernels on GPU 0 run while GPU 1
+still computes iteration t. `parallel_iterations` bounds how many iterations' GPU work
+may be in flight (the compiled loop waits for the events of iteration
+t - parallel_iterations before it enqueues more), which is the paper's meaning of the
+knob for asynchronous devices.
+
+A run uses this form when it is not traced and `SessionConfig(compile_frames=True,
+fuse_devices=True)`; otherwise, or when the graph does not compile (a waiting op such
+as a queue dequeue, a frame shape the compiler refuses), it runs partitioned.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from dcf.actors.device_actor import DeviceActor
+from dcf.device import DeviceSpec
+from dcf.errors import ResourceExhaustedError
+from dcf.executor import Executor
+from dcf.graph import Operation, Tensor
+from dcf.ops.registry import Kind
+from dcf.partition import _value_frame
+from dcf.plan import ExecPlan, PNode, build_plan, nodes_from_ops
+
+__all__ = ["build_fused", "FusedActor", "FUSED"]
+
+FUSED = "<fused>"    # the actor key of a session's fused plans
+
+
+def _gpu_index(dev: str) -> int | None:
+    spec = DeviceSpec.parse(dev)
+    return (spec.index or 0) if spec.device_type == "gpu" else None
+
+
+def build_fused(ops: list[Operation], device_of: dict[Operation, str],
+                fetches: list[tuple[Operation, int]], feeds: list[Tensor],
+                resources_of: Callable[[str], Any]) -> ExecPlan | None:
+    """One plan for all of `ops` on their devices, compiled into one function; None when
+    the compiler cannot take the whole graph (the run stays partitioned)."""
+    from dcf.frame_compiler import compile_frames
+
+    pn = nodes_from_ops(ops)
+    for op, p in pn.items():
+        p.device = device_of[op]
+    feed_nodes: list[PNode] = []
+    feed_of: dict[Tensor, PNode] = {}
+    for k, t in enumerate(feeds):
+        fnode = PNode(f"_feed/{t.name}", "_Feed", Kind.KERNEL, "", n_out=1,
+                      attrs={"feed": k}, device="/cpu:0")
+        feed_nodes.append(fnode)
+        feed_of[t] = fnode
+    for op, p in pn.items():
+        for k, t in enumerate(op.inputs):
+            if t in feed_of:
+                p.inputs[k] = (feed_of[t], 0)
+
+    extra: list[PNode] = []
+    moved: dict[tuple, tuple[PNode, int]] = {}
+
+    def move(src: PNode, idx: int, dst_dev: str) -> tuple[PNode, int]:
+        """(src, idx) as a value on `dst_dev`: itself or a transfer node's output."""
+        s_gpu, d_gpu = _gpu_index(src.device), _gpu_index(dst_dev)
+        if s_gpu == d_gpu:          # same GPU, or host memory on both sides
+            return (src, idx)
+        key = (id(src), idx, d_gpu)
+        hit = moved.get(key)
+        if hit is not None:
+            return hit
+        if src.kind == Kind.ENTER and src.attrs.get("is_constant") and src.inputs[0]:
+            # a loop constant: move it once, before the loop, and enter the copy
+            inner = move(src.inputs[0][0], src.inputs[0][1], dst_dev)
+            out = PNode(f"{src.name}/on{dst_dev}", "Enter", Kind.ENTER, src.frame,
+                        inputs=[inner], control=list(src.control), attrs=src.attrs,
+                        n_out=1, op=src.op, device=dst_dev)
+        elif d_gpu is not None:
+            from dcf.actors.gpu import GpuDevice
+
+            gpu = GpuDevice.get(d_gpu)
+            out = PNode(f"_xfer/{src.name}:{idx}->{dst_dev}", "_ToDevice", Kind.KERNEL,
+                        _value_frame(src), inputs=[(src, idx)],
+                        attrs={"_bound": _to_device_fn(gpu, f"{src.name}:{idx}")},
+                        device=dst_dev)
+        else:
+            out = PNode(f"_xfer/{src.name}:{idx}->{dst_dev}", "_ToHost", Kind.KERNEL,
+                        _value_frame(src), inputs=[(src, idx)],
+                        attrs={"_bound": _to_host_fn(f"{src.name}:{idx}")}, device=dst_dev)
+        extra.append(out)
+        moved[key] = (out, 0)
+        return (out, 0)
+
+    for p in list(pn.values()):
+        for k, inp in enumerate(p.inputs):
+            if inp is not None:
+                p.inputs[k] = move(inp[0], inp[1], p.device)
+    nodes = list(pn.values()) + extra   # feed nodes stand for the fed values only
+    plan = build_plan(nodes, [(f, 0) for f in feed_nodes],
+                      [(pn[op], idx) for op, idx in fetches], xp=np,
+                      resources_of=resources_of)
+    gpus: dict[int, Any] = {}
+    for n in plan.nodes:
+        g = _gpu_index(n.pnode.device)
+        if g is not None:
+            if g not in gpus:
+                from dcf.actors.gpu import GpuDevice
+
+                gpus[g] = GpuDevice.get(g)
+            plan.gpu_of[n.id] = gpus[g]
+    compile_frames(plan)
+    return plan if plan.compiled_root is not None else None
+
+
+def _to_device_fn(gpu: Any, what: str) -> Callable[[Any], Any]:
+    def to_device(v: Any) -> Any:
+        return gpu.import_value(v, what)
+    return to_device
+
+
+def _to_host_fn(what: str) -> Callable[[Any], tuple]:
+    """Start moving a GPU array to the host: (pinned host array, event), or (value, None)
+    for a value that is already on the host."""
+    def to_host(v: Any) -> tuple:
+        dev = getattr(v, "device", None)
+        if dev is None or not hasattr(v, "__cuda_array_interface__"):
+            return v, None
+        from dcf.actors.gpu import GpuDevice
+
+        return GpuDevice.get(dev.id).to_host_async(v, what)
+    return to_host
+
+
+class FusedActor(DeviceActor):
+    """Runs a session's fused plans: the GPUs' per-run settings before, fetched device
+    arrays to the host after."""
+
+    def __init__(self, gpu_actors: list) -> None:
+        super().__init__(FUSED)
+        self.gpu_actors = gpu_actors
+        self.host_waits = (0, 0.0)
+
+    def begin(self) -> None:
+        for a in self.gpu_actors:
+            gpu = a.gpu
+            gpu.activate()
+            if (gpu.limit, gpu.swap_threshold) != a._memory:   # this session's settings
+                gpu.configure(*a._memory)
+            gpu.swapper.reset()
+
+    def _start_fetches(self, results: list) -> list:
+        from dcf.actors.gpu import GpuDevice
+
+        pending = []
+        for k, v in enumerate(results):
+            dev = getattr(v, "device", None)
+            if dev is not None and hasattr(v, "__cuda_array_interface__"):
+                host, ev = GpuDevice.get(dev.id).to_host_async(v, f"fetch {k}")
+                results[k] = host
+                pending.append((k, host, ev))
+        return pending
+
+    def _end(self, results: list, pending: list) -> None:
+        for k, host, _ in pending:
+            if not host.ndim:
+                results[k] = host[()]
+        for a in self.gpu_actors:
+            a.gpu.collect()
+
+    async def run_step(self, plan: ExecPlan, feeds: list, step: Any, rendezvous: Any,
+                       **kw: Any) -> Executor:
+        self.begin()
+        try:
+            ex = await super().run_step(plan, feeds, step, rendezvous, **kw)
+        except MemoryError as e:        # an allocation outside any kernel (a copy)
+            if isinstance(e, ResourceExhaustedError):
+                raise
+            raise ResourceExhaustedError(f"out of GPU memory in a transfer: {e}") from None
+        pending = self._start_fetches(ex.results)
+        for _, _, ev in pending:
+            while not ev.done:
+                await _sleep0()
+        self._end(ex.results, pending)
+        return ex
+
+    def run_sync(self, plan: ExecPlan, feeds: list, check: Callable[[], None]) -> list:
+        """The same step with no event loop: `check()` runs whenever the code yields
+        (the deadline); a yielded GPU event is waited for in the driver's thread."""
+        self.begin()
+        gen = plan.compiled_root.start(feeds)
+        waited, n_waits, clock = 0.0, 0, time.perf_counter
+        try:
+            while True:
+                ev = next(gen)
+                if ev is not None:
+                    t0 = clock()
+                    ev.synchronize()
+                    waited += clock() - t0
+                    n_waits += 1
+                check()
+        except StopIteration as stop:
+            results = list(stop.value)
+        except MemoryError as e:
+            if isinstance(e, ResourceExhaustedError):
+                raise
+            raise ResourceExhaustedError(f"out of GPU memory in a transfer: {e}") from None
+        finally:
+            gen.close()
+            self.host_waits = (n_waits, waited)   # GPU events the host waited for, seconds
+        pending = self._start_fetches(results)
+        for _, _, ev in pending:
+            ev.synchronize()
+        self._end(results, pending)
+        return results
+
+
+async def _sleep0() -> None:
+    import asyncio
+
+    await asyncio.sleep(0)

@@ -1,0 +1,216 @@
+"""Devices of one process run as one compiled program (dcf/fused.py): transfers at
+device edges, parallel_iterations bounding the GPU work in flight, and elementwise
+GPU chains fused into one kernel (dcf/elementwise_fusion.py). GPUs here are the cupy
+stand-in (dcf/actors/_fake_cuda.py), so this runs in CI; tests/gpu runs the same
+paths on real GPUs."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import numpy as np
+import pytest
+
+import dcf
+
+
+@pytest.fixture
+def fake_gpus():
+    """Two stand-in GPUs for this test only."""
+    from dcf import gpu_devices
+    from dcf.actors import gpu as gpu_mod
+
+    old = os.environ.get("DCF_FAKE_GPUS")
+    saved = dict(gpu_mod.GpuDevice._instances)
+    os.environ["DCF_FAKE_GPUS"] = "2"
+    gpu_devices.count.cache_clear()
+    gpu_devices.backend.cache_clear()
+    gpu_mod.GpuDevice._instances.clear()
+    try:
+        yield gpu_devices.backend()
+    finally:
+        if old is None:
+            os.environ.pop("DCF_FAKE_GPUS", None)
+        else:
+            os.environ["DCF_FAKE_GPUS"] = old
+        gpu_devices.count.cache_clear()
+        gpu_devices.backend.cache_clear()
+        gpu_mod.GpuDevice._instances.clear()
+        gpu_mod.GpuDevice._instances.update(saved)
+        gpu_mod._ACTIVE[:] = [None, None]
+
+
+def _fused_plans(sess: dcf.Session) -> list:
+    return [rp.fused for rp in sess._async._plans.values()]
+
+
+def _chain_graph(devs: list[str], n: int, pi: int = 32, seed: int = 0):
+    """x_{t+1} = tanh(x_t @ W_d + b_d) * 0.5 through the devices, n iterations; the
+    loop counter and predicate stay on the host."""
+    rng = np.random.default_rng(seed)
+    Ws = [rng.standard_normal((4, 4)).astype(np.float32) / 2 for _ in devs]
+    bs = [rng.standard_normal(4).astype(np.float32) for _ in devs]
+    x0 = rng.standard_normal((3, 4)).astype(np.float32)
+    g = dcf.Graph()
+    with g.as_default():
+        def body(i, x):
+            for d, W, b in zip(devs, Ws, bs):
+                with dcf.device(d):
+                    x = dcf.tanh(dcf.matmul(x, dcf.constant(W)) + dcf.constant(b)) * 0.5
+            return i + 1, x
+
+        _, out = dcf.while_loop(lambda i, x: i < n, body, (0, dcf.constant(x0)),
+                                parallel_iterations=pi)
+    want = x0.astype(np.float64)
+    for _ in range(n):
+        for W, b in zip(Ws, bs):
+            want = np.tanh(want @ W + b) * 0.5
+    return g, out, want
+
+
+def test_in_process_devices_run_as_one_program():
+    g, out, want = _chain_graph(["/cpu:0", "/cpu:1", "/cpu:2"], 7)
+    with dcf.Session(graph=g) as sess:
+        np.testing.assert_allclose(sess.run(out), want, rtol=1e-5)
+        assert all(f is not None for f in _fused_plans(sess))
+    with dcf.Session(graph=g, config=dcf.SessionConfig(fuse_devices=False)) as sess:
+        np.testing.assert_allclose(sess.run(out), want, rtol=1e-5)
+        assert all(f is None for f in _fused_plans(sess))
+
+
+def test_gpus_and_cpu_in_one_loop_with_a_gpu_value_read_on_the_host(fake_gpus):
+    """Each iteration a GPU value decides a cond on the CPU (a device-to-host transfer
+    the program waits for), and values cross GPU 0 -> GPU 1 -> CPU."""
+    rng = np.random.default_rng(1)
+    W = rng.standard_normal((4, 4)).astype(np.float32) / 2
+    x0 = rng.standard_normal((2, 4)).astype(np.float32)
+    g = dcf.Graph()
+    with g.as_default():
+        def body(i, x):
+            with dcf.device("/gpu:0"):
+                y = dcf.matmul(x, dcf.constant(W))
+            with dcf.device("/gpu:1"):
+                s = dcf.reduce_sum(y)
+            with dcf.device("/cpu:0"):
+                z = dcf.cond(s > 0, lambda: y * 0.5, lambda: -y)
+            return i + 1, z
+
+        _, out = dcf.while_loop(lambda i, x: i < 6, body, (0, dcf.constant(x0)))
+    want = x0.astype(np.float64)
+    for _ in range(6):
+        y = want @ W
+        want = y * 0.5 if y.sum() > 0 else -y
+    for fuse in (True, False):
+        with dcf.Session(graph=g, config=dcf.SessionConfig(fuse_devices=fuse)) as sess:
+            np.testing.assert_allclose(sess.run(out), want, rtol=1e-5)
+            assert all((f is not None) == fuse for f in _fused_plans(sess))
+
+
+@pytest.mark.parametrize("pi", [1, 2, 5])
+def test_parallel_iterations_bounds_the_gpu_iterations_in_flight(fake_gpus, monkeypatch, pi):
+    """The compiled loop waits for iteration t - pi's GPU events before it goes on, and
+    for no later one."""
+    from dcf import frame_compiler
+
+    log: list[tuple[int, int]] = []    # (iteration waited for, iterations marked by then)
+    marks = [0]
+
+    class Ev:
+        def __init__(self, k: int) -> None:
+            self.k, self.queried = k, False
+
+        @property
+        def done(self) -> bool:
+            if not self.queried:
+                self.queried = True
+                log.append((self.k, marks[0]))
+                return False
+            return True
+
+        def synchronize(self) -> None:
+            pass
+
+    def marker(gpus):
+        def mark():
+            marks[0] += 1
+            return [Ev(marks[0])]
+        return mark
+
+    monkeypatch.setattr(frame_compiler, "_marker", marker)
+    n = 12
+    g, out, want = _chain_graph(["/gpu:0", "/gpu:1"], n, pi=pi)
+    with dcf.Session(graph=g) as sess:
+        np.testing.assert_allclose(sess.run(out), want, rtol=1e-5)
+    assert marks[0] == n              # one mark per iteration that ran the body
+    assert log, "the loop never waited"
+    for waited, marked in log:
+        assert marked - waited == pi - 1 or (pi == 1 and marked == waited)
+
+
+class _EmulatedElementwiseKernel:
+    """cupy.ElementwiseKernel for the stand-in: evaluates `out = <expr>` with numpy."""
+
+    made: list = []
+
+    def __init__(self, in_params: str, out_params: str, operation: str, name: str) -> None:
+        self.names = [p.split()[-1] for p in in_params.split(",")]
+        assert operation.startswith("out = ")
+        self.expr = operation[len("out = "):].replace("(T)", "")
+        self.calls = 0
+        _EmulatedElementwiseKernel.made.append(self)
+
+    def __call__(self, *args):
+        from dcf.actors import _fake_cuda
+
+        self.calls += 1
+        vals = [_fake_cuda.asnumpy(a) if isinstance(a, _fake_cuda.ndarray) else a
+                for a in args]
+        dt = next(v.dtype for v in vals if isinstance(v, (np.ndarray, np.generic)))
+        env = dict(zip(self.names, vals), tanh=np.tanh, exp=np.exp)
+        return _fake_cuda.asarray(np.asarray(eval(self.expr, env)).astype(dt))
+
+
+def test_elementwise_gpu_chains_run_as_one_kernel(fake_gpus, monkeypatch):
+    from dcf.actors import _fake_cuda
+
+    _EmulatedElementwiseKernel.made = []
+    monkeypatch.setattr(_fake_cuda, "ElementwiseKernel", _EmulatedElementwiseKernel,
+                        raising=False)
+    n = 5
+    g, out, want = _chain_graph(["/gpu:0", "/gpu:1"], n)
+    with dcf.Session(graph=g) as sess:
+        np.testing.assert_allclose(sess.run(out), want, rtol=1e-5)
+    # (the partitioned form, kept for traced runs, was compiled with its own kernels)
+    used = [k for k in _EmulatedElementwiseKernel.made if k.calls]
+    # per device: tanh(x @ W + b) * 0.5 -> one kernel over (matmul, b, 0.5)
+    assert len(used) == 2
+    assert all(re.fullmatch(r"\(tanh\(\(in0 \+ in1\)\) \* in2\)", k.expr) for k in used)
+    assert [k.calls for k in used] == [n, n]
+
+
+def test_a_fused_chain_given_host_values_runs_op_by_op(fake_gpus, monkeypatch):
+    """Integer scalars stay in host memory on a GPU (as TF's HostMemory): a fused chain
+    given them runs op by op through the ops' own kernels, with the same values."""
+    from dcf.actors import _fake_cuda
+
+    _EmulatedElementwiseKernel.made = []
+    monkeypatch.setattr(_fake_cuda, "ElementwiseKernel", _EmulatedElementwiseKernel,
+                        raising=False)
+    g = dcf.Graph()
+    with g.as_default():
+        k = dcf.placeholder(dcf.int32, [])
+        a = dcf.placeholder(dcf.float32, [3])
+        with dcf.device("/gpu:0"):
+            j = (k * 3 + 1) - k
+            y = dcf.tanh(a * 2.0 + 1.0)
+        with dcf.device("/gpu:1"):
+            z = dcf.exp(y) - y
+    av = np.array([0.1, -0.3, 2.0], np.float32)
+    with dcf.Session(graph=g) as sess:
+        got_j, got_z = sess.run([j, z], {k: np.int32(7), a: av})
+    assert got_j == 7 * 3 + 1 - 7
+    y_np = np.tanh(av.astype(np.float64) * 2 + 1)
+    np.testing.assert_allclose(got_z, np.exp(y_np) - y_np, rtol=1e-6)
+    used = sorted(k.expr for k in _EmulatedElementwiseKernel.made if k.calls)
+    assert used == ["(exp(in0) - in0)", "tanh(((in0 * in1) + in2))"]
