@@ -20,7 +20,10 @@ measured in alternating rounds so that bursts of outside load on a shared machin
 on both. Reported: median with 5th/95th percentiles and min/max, ratios dcf / TF1 of
 the medians, and a PNG of iterations/s against N.
 
-    python -m bench.distributed_loop [--quick] [--workers 1,2,4,8] [--out FILE]
+    python -m bench.distributed_loop [--quick] [--workers 1,2,4,8,16] [--no-peer] [--out FILE]
+
+Without TensorFlow (or with --no-peer) only dcf is measured. dcf's workers talk over
+Unix-domain sockets (ZeroMQ ipc, `Cluster.local`'s default on Linux).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from bench.harness import (
     peer_versions,
     report,
 )
+from dcf.cluster import _ipc_available
 
 PARALLEL_ITERATIONS = 32
 VARIANTS = {False: "no barrier", True: "barrier"}
@@ -186,7 +190,8 @@ def plot(points: dict, path: str, workers: list[int]) -> str | None:
 def main(argv: list[str] | None = None) -> dict:
     ap = base_argparser(__doc__.split("\n")[0])
     ap.add_argument("--workers", default=None,
-                    help="comma-separated worker counts (default 1,2,4,8; quick 1,2,4)")
+                    help="comma-separated worker counts, e.g. 1,2,4,8,16 (default 1,2,4,8; "
+                         "quick 1,2,4)")
     ap.add_argument("--no-peer", action="store_true", help="skip TensorFlow")
     args = ap.parse_args(argv)
     quick = args.quick
@@ -200,6 +205,7 @@ def main(argv: list[str] | None = None) -> dict:
                               "parallel_iterations": PARALLEL_ITERATIONS,
                               "dcf_repeat": repeat, "rounds": rounds,
                               "tf1": peer_versions().get("tf1") if use_tf else None,
+                              "dcf_endpoints": "ipc" if _ipc_available() else "tcp",
                               **machine()}
     results: list[Result] = []
     ratios: dict[str, Any] = {}
@@ -228,14 +234,18 @@ def main(argv: list[str] | None = None) -> dict:
                 ds = Stats.from_samples(dcf_samples, extra={"iterations": n})
                 results.append(Result.rate("dcf", f"{label} it/s", ds, n))
                 points[("dcf", barrier)].append((nw, _rates(dcf_samples, n)))
-                line = f"  {label:<18} dcf {n / ds.median:>10.0f} it/s (n={n})"
+                dr = _rates(dcf_samples, n)
+                line = (f"  {label:<18} dcf {dr['median']:>9.0f} it/s "
+                        f"[{dr['p5']:.0f}-{dr['p95']:.0f}] (n={n})")
                 if tf_samples:
                     ts = Stats.from_samples(tf_samples, extra={"iterations": tf_iters})
                     results.append(Result.rate("tf1", f"{label} it/s", ts, tf_iters))
                     points[("tf1", barrier)].append((nw, _rates(tf_samples, tf_iters)))
                     ratio = (n / ds.median) / (tf_iters / ts.median)
                     ratios[f"dcf/tf1 {label}"] = ratio
-                    line += f"   tf1 {tf_iters / ts.median:>8.0f} it/s   x{ratio:.2f}"
+                    tr = _rates(tf_samples, tf_iters)
+                    line += (f"   tf1 {tr['median']:>8.0f} it/s [{tr['p5']:.0f}-{tr['p95']:.0f}]"
+                             f"   x{ratio:.2f}")
                 print(line, flush=True)
     config["loadavg_end"] = list(os.getloadavg())
     config["wall_s"] = round(time.perf_counter() - started, 1)

@@ -23,6 +23,8 @@ from dcf.token import DEAD, WouldBlock
 __all__ = ["Executor", "DEAD", "WouldBlock", "CONTROL_RULES"]
 
 KERNEL = int(Kind.KERNEL)
+SEND = int(Kind.SEND)
+EXIT = int(Kind.EXIT)
 MACRO = 99  # a compiled frame running as one resumable node (see frame_compiler.py)
 ROOT_MACRO = 100  # a compiled root frame: the whole partition
 
@@ -121,6 +123,11 @@ class Executor:
         self.root_ist = self._new_iter(self.root, 0)
         self.started = False
         self.yield_now = False
+        # Return from `run` right after a Send of a frame's oldest live iteration (or of
+        # the root) fires, so that the actor hands it to the transport before firing more
+        # nodes: in a loop whose iterations wait on replies, that value is what a peer
+        # waits for.
+        self.break_on_send = False
 
     # ----------------------------------------------------------------- start
     def start(self, feed_values: list) -> None:
@@ -198,6 +205,9 @@ class Executor:
                 if trace:
                     self._trace(node, ist, t0)
                 done_node(node, ist)
+                if node.kind == SEND and self.break_on_send and (
+                        ist.frame.parent_ist is None or ist.it <= ist.frame.start_iter):
+                    break
             elif self.yield_now:
                 self.yield_now = False  # a compiled frame asked to let the event loop run
                 break
@@ -220,6 +230,10 @@ class Executor:
                     continue
                 slots[slot] = v
                 if v is DEAD:
+                    if dst.kind == EXIT and not self.trace_on:
+                        # A dead Exit (a loop Switch's false branch in every iteration
+                        # but the last) fires to no effect: skip it (traces keep it).
+                        continue
                     self._mark_dead(ist, dst)
                 loc = dst.local
                 p = pending[loc] - 1

@@ -5,9 +5,11 @@ per (tensor, destination device), so a dead signal crosses once per device and f
 out there. A device that holds Recvs inside a loop frame gets a control-loop state
 machine for that frame: Enter -> Merge -> Switch(pred) -> NextIteration, fed by the
 loop predicate's value each iteration, whose Merge triggers the Recvs of every
-iteration and whose Switch ends the frame. A control edge from a loop's own
-per-iteration trigger (a loop variable's Merge, the body pivot) to another device is
-re-tied to the same trigger of that device's control loop instead of becoming a message.
+iteration and whose Switch ends the frame -- unless the device holds a loop variable's
+own machinery for that frame, whose Merge then triggers them. A control edge from a
+loop's own per-iteration trigger (a loop variable's Merge, the body pivot) to another
+device is re-tied to the same trigger of that device's control loop instead of becoming
+a message.
 """
 
 from __future__ import annotations
@@ -120,18 +122,25 @@ def partition(ops: list[Operation], device_of: dict[Operation, str],
                     kept.append(cut(c, 0, p.device, control=True))
             p.control = kept
 
-    # Control loops for frames whose Recvs sit on a device.
+    # Control loops for frames whose Recvs sit on a device. A device that holds a loop
+    # variable's own machinery (its Merge and body pivot) needs none for that frame: that
+    # Merge fires in every iteration, so the Recvs (and re-tied control edges) hang off
+    # it, and nested control loops start from its pivot.
     frames = _frame_table(ops)
+    real = _real_triggers(ops, pn)
     cl_nodes: dict[tuple[str, str], tuple[PNode, PNode]] = {}   # (dev, frame) -> merge, pivot
     for dev, prt in parts.items():
         need: set[str] = set()
         starts = [p.frame for p in prt.nodes if p.kind == Kind.RECV and p.frame]
         starts += [f for q, f, _ in retied if q.device == dev]
+        cls: dict[str, PNode] = {}
         for f in starts:
-            while f:
+            while f and (dev, f) not in real:
                 need.add(f)
                 f = frames[f][0]
-        cls: dict[str, PNode] = {}
+            if f:
+                cl_nodes[(dev, f)] = real[(dev, f)]
+                cls[f] = real[(dev, f)][1]
         for f in sorted(need, key=lambda n: _depth(n, frames)):
             parent, pi, loop_cond = frames[f]
             if parent:
@@ -159,13 +168,15 @@ def partition(ops: list[Operation], device_of: dict[Operation, str],
                         inputs=[(pivot, 0)], device=dev)
             merge.inputs = [(enter, 0), (nxt, 0)]
             exit_.op = None
-            for q in prt.nodes:
-                if q.kind == Kind.RECV and q.frame == f:
-                    q.control.append(merge)
             prt.nodes.extend([enter, merge, switch, exit_, pivot, nxt])
             cls[f] = pivot
             cl_nodes[(dev, f)] = (merge, pivot)
             prt.frame_parents[f] = (parent, pi)
+        for q in prt.nodes:
+            if q.kind == Kind.RECV and q.frame:
+                trig = cl_nodes.get((dev, q.frame))
+                if trig is not None:
+                    q.control.append(trig[0])
     for q, f, trig in retied:
         q.control.append(cl_nodes[(q.device, f)][trig])
     for prt in parts.values():
@@ -192,6 +203,24 @@ def _iteration_trigger(c: PNode) -> int | None:
     if op.type == "Identity" and op in getattr(ctx, "body_inputs", ()):
         return 1
     return None
+
+
+def _real_triggers(ops: list[Operation], pn: dict) -> dict[tuple[str, str], tuple]:
+    """(device, frame) -> (Merge, body pivot) of a loop variable whose machinery sits on
+    that device (the first such variable)."""
+    out: dict[tuple[str, str], tuple] = {}
+    seen: set[int] = set()
+    for op in ops:
+        ctx = op.frame_ctx
+        while ctx is not None and id(ctx) not in seen:
+            seen.add(id(ctx))
+            for m, piv in zip(getattr(ctx, "merges", ()), getattr(ctx, "body_inputs", ())):
+                pm, pp = pn.get(m), pn.get(piv)
+                if pm is not None and pp is not None and pm.device == pp.device \
+                        and pm.frame == pp.frame == ctx.frame_name:
+                    out.setdefault((pm.device, ctx.frame_name), (pm, pp))
+            ctx = ctx.outer_frame
+    return out
 
 
 def _frame_table(ops: list[Operation]) -> dict[str, tuple[str, int, Operation]]:

@@ -25,6 +25,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import msgpack
+import numpy as np
 
 from dcf.actors.codec import CodecError
 from dcf.actors.device_actor import DeviceActor
@@ -32,15 +33,12 @@ from dcf.actors.graphdef import decode_parts
 from dcf.actors.remote import (
     FEED,
     FETCH,
-    LowLatencyTransport,
-    decode_batch,
-    encode_batch,
     error_to_msg,
     new_event_loop,
-    split_batch,
     valid_key,
 )
 from dcf.actors.rendezvous import LocalRendezvous
+from dcf.actors.transport import ZmqTransport
 from dcf.device import DeviceSpec
 from dcf.errors import InvalidArgumentError
 from dcf.plan import build_plan
@@ -87,12 +85,13 @@ class WorkerHost:
         self.job = job
         self.task = task
         self.name = f"/job:{job}/task:{task}"
-        self.transport = LowLatencyTransport(
+        self.transport = ZmqTransport(
             self.name, bind=bind, secret=secret, curve=curve,
             heartbeat_interval_s=min(0.5, heartbeat_timeout_s / 4),
             heartbeat_timeout_s=heartbeat_timeout_s,
             on_tensor=self._on_tensor, on_control=self._on_control,
             on_peer_lost=self._on_peer_lost)
+        self.transport.on_tensors = self._on_tensors
         self.rendezvous = LocalRendezvous()
         self.rendezvous.remote_send = self._remote_send
         self.rendezvous.remote_send_batch = self._remote_send_batch
@@ -186,6 +185,23 @@ class WorkerHost:
             return
         self.rendezvous.send(key, DEAD if is_dead else value)
 
+    def _on_tensors(self, src: str, items: list) -> None:
+        """The values of one message: delivered together, then acted on."""
+        if len(items) == 1:
+            self._on_tensor(src, *items[0])
+            return
+        ok = []
+        for key, value, is_dead in items:
+            if not valid_key(key) or key[1] == FEED:
+                self._on_tensor(src, key, value, is_dead)   # checks, records, feeds
+                continue
+            if self.recorded_keys is not None and \
+                    len(self.recorded_keys) < _MAX_KEYS_RECORDED:
+                self.recorded_keys.append(key)
+            ok.append((key, DEAD if is_dead else value))
+        if ok:
+            self.rendezvous.deliver_all(ok)
+
     def _remote_send(self, peer: str, key: tuple, value: Any) -> None:
         try:
             value = _host(value)
@@ -198,28 +214,15 @@ class WorkerHost:
                 f"cannot send {key[1]!r} to {peer}: {e}") from e
 
     def _remote_send_batch(self, peer: str, items: list) -> None:
-        small, large = split_batch(items)
-        for key, v in large:
-            self._remote_send(peer, key, v)
-        if len(small) == 1:
-            self._remote_send(peer, *small[0])
-        elif small:
-            try:
-                self.transport.send_control(peer, {"type": "batch", "n": len(small)},
-                                            encode_batch(small))
-            except (CodecError, KeyError, ValueError) as e:
-                raise InvalidArgumentError(f"cannot send {len(small)} values to {peer}: {e}") \
-                    from e
+        try:
+            self.transport.send_tensors(peer, [(key, None, True) if v is DEAD else
+                                               (key, _host(v), False) for key, v in items])
+        except (CodecError, KeyError, ValueError) as e:
+            raise InvalidArgumentError(f"cannot send {len(items)} values to {peer}: {e}") \
+                from e
 
     def _on_control(self, src: str, msg: dict, blob: bytes | None) -> None:
         kind = msg.get("type")
-        if kind == "batch":  # data messages in one: from a client or a peer worker
-            try:
-                for key, value, is_dead in decode_batch(blob):
-                    self._on_tensor(src, key, value, is_dead)
-            except CodecError:
-                self.transport.rejections["batch"] += 1
-            return
         c = self.clients.get(src)
         if c is None:
             if kind == "attach" and self._fixed_client is None and \
@@ -423,6 +426,8 @@ async def _gather_fail_fast(coros: list) -> list:
 
 def _host(v: Any) -> Any:
     """A device array's host copy (GPU fetches and Sends to other processes)."""
+    if isinstance(v, (np.ndarray, np.generic)):
+        return v
     if hasattr(v, "__cuda_array_interface__"):
         v = v.get()
         return v if v.ndim else v[()]
@@ -531,11 +536,32 @@ def main(argv: list[str] | None = None) -> int:
             if watch is not None:
                 watch.cancel()
 
+    prof = _start_profile(task)
     try:
         loop.run_until_complete(run())
     finally:
         loop.close()
+        if prof is not None:
+            prof()
     return 0
+
+
+def _start_profile(task: int) -> Any:
+    """$DCF_WORKER_PROFILE=PREFIX: profile this worker with cProfile and write
+    PREFIX.task<N>.prof when it stops (a debugging aid; it slows the worker)."""
+    prefix = os.environ.get("DCF_WORKER_PROFILE")
+    if not prefix:
+        return None
+    import cProfile
+
+    pr = cProfile.Profile()
+    pr.enable()
+
+    def dump() -> None:
+        pr.disable()
+        pr.dump_stats(f"{prefix}.task{task}.prof")
+
+    return dump
 
 
 def ray_worker_class(ray: Any) -> Any:

@@ -12,6 +12,17 @@ payloads msgpack cannot carry, such as a cloudpickled callable)::
     frame 0  msgpack {"type": "run", ...}
     frame 1  blob bytes                                             (optional)
 
+The transport packs either into one wire body (`pack_tensors` / `pack_control`): small
+messages then travel as a single ZeroMQ frame, several tensors for one peer share one
+message, and only a buffer of at least ``bulk_min`` bytes goes in a frame of its own
+(without a copy)::
+
+    tensors  item*            item: u32 header length, msgpack [key, dtype, shape] or
+                              [key] (dead), then the raw buffer (the last item's buffer
+                              may be the separate bulk frame instead)
+    control  flag u8, u32 map length, msgpack map, then the blob: none (flag 0), the rest
+             of the body (flag 1) or the bulk frame (flag 2)
+
 Decoding never trusts its input: whatever the bytes, it returns a valid message or raises
 `CodecError` — never another exception type — so a transport can drop bad frames with one
 ``except``. Only msgpack is used; nothing here can execute code (no pickle).
@@ -20,6 +31,7 @@ Decoding never trusts its input: whatever the bytes, it returns a valid message 
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,6 +49,10 @@ __all__ = [
     "decode_tensor",
     "encode_control",
     "encode_tensor",
+    "pack_control",
+    "pack_tensors",
+    "unpack_control",
+    "unpack_tensors",
 ]
 
 MAX_HEADER_BYTES = 64 * 1024
@@ -199,6 +215,199 @@ def decode_control(frames: Sequence[Any]) -> tuple[dict[str, Any], bytes | None]
     return msg, blob
 
 
+# -- packed bodies (one wire frame per message) -----------------------------------------------
+
+_U32 = struct.Struct("<I")
+_packb = msgpack.packb
+_unpackb = msgpack.unpackb
+# numpy scalar type -> its dtype string (native byte order), for the packing fast path
+_SCALARS: dict[type, str] = {t.type: t.str for t in SUPPORTED_DTYPES}
+_CTRL = struct.Struct("<BI")
+_U32_MAX = 0xFFFFFFFF
+
+
+def pack_tensors(items: Sequence[tuple[Key, Any, bool]], bulk_min: int
+                 ) -> tuple[bytes, memoryview | None]:
+    """Pack ``(key, value, is_dead)`` items into one body; return (body, bulk).
+
+    ``bulk`` is the last item's buffer, left out of the body (no copy) when it has at
+    least `bulk_min` bytes; otherwise None. Validation is `encode_tensor`'s.
+
+    Raises:
+        CodecError: as `encode_tensor`; or no items.
+    """
+    if not items:
+        raise CodecError("no tensors to pack")
+    parts: list[Any] = []
+    bulk = None
+    last = len(items) - 1
+    for i, (key, value, is_dead) in enumerate(items):
+        _check_key(key)
+        if is_dead:
+            header = _pack_header([key])
+            parts += (_U32.pack(len(header)), header)
+            continue
+        scalar = _SCALARS.get(type(value))
+        if scalar is not None:  # fast path: a numpy scalar of a supported dtype
+            header = _packb([key, scalar, ()])
+            parts += (_U32.pack(len(header)), header, value.tobytes())
+            continue
+        arr = value if type(value) is np.ndarray else _as_array(value)
+        dtype = _DTYPES.get(arr.dtype.str)
+        if dtype is None:
+            raise CodecError(
+                f"dtype {arr.dtype} cannot be sent: supported dtypes are {_SUPPORTED_NAMES}"
+            )
+        header = _pack_header([key, dtype.str, arr.shape])
+        parts += (_U32.pack(len(header)), header)
+        if i == last and arr.nbytes >= bulk_min:
+            if not arr.flags.c_contiguous:
+                arr = np.ascontiguousarray(arr)
+            bulk = arr.reshape(-1).view(np.uint8).data
+        else:
+            parts.append(arr.tobytes())
+    return b"".join(parts), bulk
+
+
+def unpack_tensors(body: Any, bulk: Any = None) -> list[tuple[Key, Any, bool]]:
+    """Decode a `pack_tensors` body (and its bulk frame) into ``(key, value | None,
+    is_dead)`` items, all or nothing. Values are read-only views of the message (zero
+    copy); 0-d values are numpy scalars.
+
+    Raises:
+        CodecError: anything is malformed (lengths, msgpack, key, dtype, shape, or bytes
+            left over); nothing is returned then.
+    """
+    view = _as_bytes_view(body)
+    end = len(view)
+    if bulk is not None:
+        bulk = _as_bytes_view(bulk)
+    out = []
+    pos = 0
+    while pos < end:
+        if end - pos < 4:
+            raise CodecError("truncated tensor item")
+        (n,) = _U32.unpack_from(view, pos)
+        pos += 4
+        if n > MAX_HEADER_BYTES or n > end - pos:
+            raise CodecError(f"tensor header length {n} is out of bounds")
+        try:
+            header = _unpackb(view[pos:pos + n], use_list=False, raw=False,
+                              strict_map_key=True, ext_hook=_reject_ext, timestamp=0)
+        except Exception as e:  # msgpack raises assorted types on corrupt input
+            raise CodecError(f"tensor header is not valid msgpack: {type(e).__name__}: {e}"
+                             ) from e
+        pos += n
+        if type(header) is not tuple:
+            raise CodecError(f"a tensor header is a msgpack array, got {type(header).__name__}")
+        if len(header) == 1:
+            key = header[0]
+            _check_key(key)
+            out.append((key, None, True))
+            continue
+        if len(header) != 3:
+            raise CodecError(f"a tensor header is [key, dtype, shape] or [key], got "
+                             f"{len(header)} fields")
+        key, dtype_str, shape = header
+        _check_key(key)
+        dtype = _DTYPES.get(dtype_str) if type(dtype_str) is str else None
+        if dtype is None:
+            raise CodecError(
+                f"unsupported dtype {dtype_str!r}: supported dtypes are {_SUPPORTED_NAMES}"
+            )
+        if shape == () and type(shape) is tuple:
+            size = dtype.itemsize   # a scalar
+        else:
+            shape = _check_shape(shape, dtype)
+            size = math.prod(shape) * dtype.itemsize
+        if pos == end and bulk is not None:
+            buf, bulk = bulk, None
+            if len(buf) != size:
+                raise CodecError(f"bulk frame has {len(buf)} bytes but shape {list(shape)} "
+                                 f"of {dtype.name} needs {size}")
+        else:
+            if size > end - pos:
+                raise CodecError(f"shape {list(shape)} of {dtype.name} needs {size} bytes; "
+                                 f"{end - pos} are left")
+            buf = view[pos:pos + size]
+            pos += size
+        arr = np.frombuffer(buf, dtype=dtype)
+        out.append((key, arr[0] if not shape else arr.reshape(shape), False))
+    if bulk is not None:
+        raise CodecError("a bulk frame that no tensor item claims")
+    if not out:
+        raise CodecError("a tensor message without tensors")
+    return out
+
+
+def pack_control(msg: dict[str, Any], blob: bytes | None, bulk_min: int
+                 ) -> tuple[bytes, memoryview | None]:
+    """Pack a control message and its optional blob into (body, bulk); validation is
+    `encode_control`'s. A blob of at least `bulk_min` bytes is the separate bulk frame."""
+    frames = encode_control(msg, blob)
+    packed = frames[0]
+    if len(frames) == 1:
+        return _CTRL.pack(0, len(packed)) + packed, None
+    if len(frames[1]) >= bulk_min:
+        return _CTRL.pack(2, len(packed)) + packed, memoryview(frames[1])
+    return b"".join((_CTRL.pack(1, len(packed)), packed, frames[1])), None
+
+
+def unpack_control(body: Any, bulk: Any = None) -> tuple[dict[str, Any], bytes | None]:
+    """Decode a `pack_control` body (and bulk frame) into ``(msg, blob | None)``.
+
+    Raises:
+        CodecError: as `decode_control`, or the framing is malformed.
+    """
+    view = _as_bytes_view(body)
+    if len(view) < _CTRL.size:
+        raise CodecError("truncated control message")
+    flag, n = _CTRL.unpack_from(view, 0)
+    start = _CTRL.size
+    if n > len(view) - start:
+        raise CodecError(f"control map length {n} is out of bounds")
+    rest = view[start + n:]
+    if flag == 0 and not rest and bulk is None:
+        frames: list[Any] = [view[start:start + n]]
+    elif flag == 1 and bulk is None:
+        frames = [view[start:start + n], rest]
+    elif flag == 2 and not rest and bulk is not None:
+        frames = [view[start:start + n], bulk]
+    else:
+        raise CodecError("malformed control message framing")
+    return decode_control(frames)
+
+
+def _as_array(value: Any) -> np.ndarray:
+    try:
+        return np.asarray(value)
+    except (TypeError, ValueError) as e:  # ragged lists and the like
+        raise CodecError(f"value cannot be converted to an array: {e}") from e
+
+
+def _pack_header(obj: list) -> bytes:
+    try:
+        data = msgpack.packb(obj, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise CodecError(f"cannot pack message: {e}") from e
+    if len(data) > MAX_HEADER_BYTES:
+        raise CodecError(f"header is {len(data)} bytes; the limit is {MAX_HEADER_BYTES}")
+    return data
+
+
+def _unpack_seq(buf: Any) -> tuple:
+    try:
+        obj = msgpack.unpackb(buf, use_list=False, raw=False, strict_map_key=True,
+                              ext_hook=_reject_ext, timestamp=0)
+    except CodecError:
+        raise
+    except Exception as e:  # msgpack raises assorted types on corrupt input
+        raise CodecError(f"tensor header is not valid msgpack: {type(e).__name__}: {e}") from e
+    if type(obj) is not tuple:
+        raise CodecError(f"a tensor header is a msgpack array, got {type(obj).__name__}")
+    return obj
+
+
 # -- helpers ---------------------------------------------------------------------------------
 
 
@@ -253,9 +462,20 @@ def _unpack_map(frame: Any, what: str) -> dict[str, Any]:
     return obj
 
 
+_KEY_ATOMS = (int, str, bytes)
+
+
 def _check_key(key: Any, depth: int = 0) -> None:
     # The key must hash and compare equal after a round trip, so lists (which come back as
     # tuples), floats (NaN != NaN) and None are refused on both sides.
+    if type(key) is tuple and len(key) == 3 and type(key[0]) is int \
+            and type(key[1]) is str and type(key[2]) is tuple:
+        # fast path: a rendezvous key (step, edge, flat tag)
+        for p in key[2]:
+            if type(p) not in _KEY_ATOMS:
+                break
+        else:
+            return
     if type(key) is not tuple or depth > _MAX_DEPTH:
         raise CodecError(f"key must be a tuple of ints, strings or bytes, got {key!r:.200}")
     for part in key:
@@ -269,6 +489,8 @@ def _check_key(key: Any, depth: int = 0) -> None:
 
 
 def _check_shape(shape: Any, dtype: np.dtype) -> tuple[int, ...]:
+    if shape == () and type(shape) is tuple:
+        return shape  # a scalar
     if type(shape) is not tuple or len(shape) > MAX_NDIM:
         raise CodecError(
             f"shape must be a list of at most {MAX_NDIM} non-negative ints, got {shape!r:.200}"

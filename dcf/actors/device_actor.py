@@ -76,6 +76,7 @@ class _StepRun:
         self.held_at = 0.0
         self.urgent = False                           # a held value should leave now
         self.timer: asyncio.TimerHandle | None = None
+        self.deferred = False                         # in the rendezvous's deferred batch
 
     # ------------------------------------------------------------------ loop
     async def run(self, feeds: list) -> Executor:
@@ -124,6 +125,8 @@ class _StepRun:
                     burst = _BURST
                 else:  # a Send reaches the transport soon after it fires
                     burst = _BURST_WAITING if self.waiting else _BURST_REMOTE
+                    # ... at once while this partition waits for answers
+                    ex.break_on_send = self.waiting > 0
                 ex.run(burst)
                 if ex.outbox:
                     self.dispatch()
@@ -224,19 +227,31 @@ class _StepRun:
         def cb(value: Any) -> None:
             self.waiting -= 1
             self.ex.deliver_recv(node, ist, value)
-            if self.remote and not self.pumping and self.failed is None and \
-                    self.wake is not None:
-                # A value from another process while this actor waits: run what it enables
-                # now, in the transport's callback, instead of one loop hop later (it is on
-                # the critical path of every loop iteration).
-                try:
-                    self.pump(_INLINE_S)
-                except BaseException as e:  # noqa: BLE001 - re-raised by the step
-                    self.failed = e
-                if not self.ex.ready and not self.ex.done and self.failed is None:
-                    return  # nothing left to do until the next value
-            self.poke()
+            batch = self.rendezvous.deferred
+            if batch is not None:
+                # more values of the same message follow: act once they are all in
+                if not self.deferred:
+                    self.deferred = True
+                    batch.append(self)
+                return
+            self.on_values()
         return cb
+
+    def on_values(self) -> None:
+        """Values were delivered: run what they enable."""
+        self.deferred = False
+        if self.remote and not self.pumping and self.failed is None and \
+                self.wake is not None:
+            # A value from another process while this actor waits: run what it enables
+            # now, in the transport's callback, instead of one loop hop later (it is on
+            # the critical path of every loop iteration).
+            try:
+                self.pump(_INLINE_S)
+            except BaseException as e:  # noqa: BLE001 - re-raised by the step
+                self.failed = e
+            if not self.ex.ready and not self.ex.done and self.failed is None:
+                return  # nothing left to do until the next value
+        self.poke()
 
     async def wait_then_resume(self, node: Any, ist: Any, waitable: Any) -> None:
         await waitable

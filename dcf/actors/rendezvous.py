@@ -35,6 +35,9 @@ class LocalRendezvous:
         self.remote_send: Callable[[str, tuple, Any], Any] | None = None
         # Several values for one peer at once (same effect as remote_send of each).
         self.remote_send_batch: Callable[[str, list], Any] | None = None
+        # While a message of several values is delivered: the consumers (device actors)
+        # to wake once all of them are in (see `deliver_all`); None otherwise.
+        self.deferred: list | None = None
 
     def send(self, key: tuple, value: Any) -> None:
         """Deliver `value` (or DEAD) for `key`: to its waiting Recv, or keep it."""
@@ -43,6 +46,17 @@ class LocalRendezvous:
             cb(value)
         elif key[0] not in self._aborted and key[0] not in self._ended:
             self._values.setdefault(key, value)   # a slot takes one value: the first
+
+    def deliver_all(self, items: list[tuple[tuple, Any]]) -> None:
+        """`send` each (key, value), then wake each consumer that got one, once."""
+        self.deferred = woken = []
+        try:
+            for key, value in items:
+                self.send(key, value)
+        finally:
+            self.deferred = None
+        for consumer in woken:
+            consumer.on_values()
 
     def recv(self, key: tuple, callback: Callable[[Any], None]) -> None:
         """Call `callback(value)` when the value for `key` is there (maybe now)."""

@@ -308,3 +308,69 @@ def test_fuzz_well_formed_header_with_random_buffer(dtype, shape, buf):
         assert "buffer has" in str(e)
     else:
         assert np.asarray(value).nbytes == len(buf)
+
+
+# -- packed bodies (the transport's one-frame messages) -----------------------------------
+
+from dcf.actors.codec import pack_control, pack_tensors, unpack_control, unpack_tensors
+
+
+@pytest.mark.timeout(30)
+def test_packed_tensors_round_trip_with_dead_items_and_a_bulk_frame():
+    rkey = (12345678901, "_send/while/add:0->/job:worker/task:1/cpu:0", ("while", 7))
+    big = np.arange(100_000, dtype=np.float64)
+    items = [(rkey, np.float32(1.5), False), ((1, "d"), None, True),
+             (KEY, np.arange(6, dtype=np.int32).reshape(2, 3), False),
+             ((2, "s"), np.bool_(True), False), ((3, "b"), big, False)]
+    body, bulk = pack_tensors(items, 64 * 1024)
+    assert bulk is not None and len(bulk) == big.nbytes   # the last big buffer: no copy
+    got = unpack_tensors(body, bytes(bulk))
+    assert [k for k, _, _ in got] == [k for k, _, _ in items]
+    assert [d for _, _, d in got] == [False, True, False, False, False]
+    assert got[0][1] == np.float32(1.5) and type(got[0][1]) is np.float32
+    assert got[1][1] is None
+    np.testing.assert_array_equal(got[2][1], items[2][1])
+    assert got[3][1] == np.bool_(True) and type(got[3][1]) is np.bool_
+    np.testing.assert_array_equal(got[4][1], big)
+    small_body, no_bulk = pack_tensors(items[:4], 64 * 1024)
+    assert no_bulk is None and len(unpack_tensors(small_body)) == 4
+
+
+@pytest.mark.timeout(60)
+def test_packed_tensors_reject_every_truncation_and_bad_framing():
+    items = [((1, "e", (3,)), np.float32(2), False), ((1, "f", ()), np.ones(3), False)]
+    body, _ = pack_tensors(items, 1 << 20)
+    boundary = len(pack_tensors(items[:1], 1 << 20)[0])   # items are self-delimiting
+    for cut in range(1, len(body)):
+        if cut == boundary:
+            assert len(unpack_tensors(body[:cut])) == 1
+            continue
+        with pytest.raises(CodecError):
+            unpack_tensors(body[:cut])
+    with pytest.raises(CodecError):
+        unpack_tensors(body + b"\x00")                # bytes left over
+    with pytest.raises(CodecError):
+        unpack_tensors(body, b"\x00" * 8)             # a bulk frame nobody claims
+    with pytest.raises(CodecError):
+        unpack_tensors(b"")                           # no tensors
+    header = msgpack.packb([(1, "x"), "|O", ()])      # object dtype
+    with pytest.raises(CodecError, match="unsupported dtype"):
+        unpack_tensors(len(header).to_bytes(4, "little") + header + b"\x00" * 8)
+    header = msgpack.packb([[1.5], "<f4", ()])        # a float in the key
+    with pytest.raises(CodecError):
+        unpack_tensors(len(header).to_bytes(4, "little") + header + b"\x00" * 4)
+    with pytest.raises(CodecError, match="cannot be sent"):
+        pack_tensors([((1,), np.uint8(1), False)], 1 << 20)
+
+
+@pytest.mark.timeout(30)
+def test_packed_control_round_trips_with_and_without_blob():
+    for blob, bulk_min in ((None, 10), (b"", 10), (b"abc", 10), (b"x" * 100, 10)):
+        body, bulk = pack_control({"type": "run", "step": 3}, blob, bulk_min)
+        assert (bulk is not None) == (blob is not None and len(blob) >= bulk_min)
+        assert unpack_control(body, bulk) == ({"type": "run", "step": 3}, blob)
+    body, bulk = pack_control({"type": "x"}, b"y" * 50, 10)
+    with pytest.raises(CodecError):
+        unpack_control(body)                          # flag says bulk, none came
+    with pytest.raises(CodecError):
+        unpack_control(body[:3])

@@ -18,7 +18,7 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from dcf.actors.codec import CodecError, encode_control, encode_tensor
+from dcf.actors.codec import CodecError, encode_tensor, pack_control, pack_tensors
 from dcf.actors.transport import ZmqTransport
 
 SECRET = b"s3cret-shared-by-the-session"
@@ -173,7 +173,8 @@ async def test_ipc_and_inproc_endpoints(tmp_path):
 
 
 def wire_mac(secret: bytes, src: bytes, dst: bytes, frames: list[bytes]) -> bytes:
-    """The MAC as the wire format defines it, computed independently of the transport."""
+    """The MAC as the wire format defines it, computed independently of the transport:
+    `frames` are ``kind + body`` and the bulk frame if any."""
     parts = [src, dst, *map(bytes, frames)]
     lengths = b"".join(len(p).to_bytes(8, "little") for p in parts)
     return hmac.new(secret, lengths + b"".join(parts), hashlib.sha256).digest()
@@ -184,12 +185,13 @@ def wire_mac(secret: bytes, src: bytes, dst: bytes, frames: list[bytes]) -> byte
 async def test_hmac_rejects_third_party_messages_and_never_delivers_them(raw_dealer):
     async with pair(secret=SECRET) as (a, b, _ra, rb):
         evil = raw_dealer(b.address, routing_id=b"mallory")
-        payload = [b"T", *[bytes(f) for f in encode_tensor((9,), np.float32(666))]]
+        body = b"T" + pack_tensors([((9,), np.float32(666), False)], 1 << 20)[0]
+        payload = [body]
         attempts = [
             payload,  # no MAC
-            [b"\0" * 32, *payload],  # a garbage MAC
-            [wire_mac(b"wrong", b"mallory", b"B", payload), *payload],  # wrong secret
-            [wire_mac(SECRET, b"A", b"B", payload), *payload],  # A's valid MAC, replayed
+            [b"\0" * 32 + body],  # a garbage MAC
+            [wire_mac(b"wrong", b"mallory", b"B", payload) + body],  # wrong secret
+            [wire_mac(SECRET, b"A", b"B", payload) + body],  # A's valid MAC, replayed
             [wire_mac(SECRET, b"mallory", b"B", payload)],  # a MAC alone
         ]
         for frames in attempts:
@@ -207,10 +209,19 @@ async def test_hmac_rejects_third_party_messages_and_never_delivers_them(raw_dea
 async def test_hmac_wire_format_is_accepted_from_a_raw_socket(raw_dealer):
     async with pair(secret=SECRET) as (_a, b, _ra, rb):
         raw = raw_dealer(b.address, routing_id=b"tool")
-        payload = [b"C", *encode_control({"type": "ping"})]
-        await raw.send_multipart([wire_mac(SECRET, b"tool", b"B", payload), *payload])
-        await wait_until(lambda: rb.controls)
+        body = b"C" + pack_control({"type": "ping"}, None, 1 << 20)[0]
+        await raw.send_multipart([wire_mac(SECRET, b"tool", b"B", [body]) + body])
+        # a tensor message with its buffer in the separate bulk frame
+        x = np.arange(5, dtype=np.float64)
+        body2, bulk = pack_tensors([((3, "e", ()), x, False)], 8)
+        frames = [b"T" + body2, bytes(bulk)]
+        await raw.send_multipart([wire_mac(SECRET, b"tool", b"B", frames) + frames[0],
+                                  frames[1]])
+        await wait_until(lambda: rb.controls and rb.tensors)
         assert rb.controls == [("tool", {"type": "ping"}, None)]
+        ((src, key, value, dead),) = rb.tensors
+        assert (src, key, dead) == ("tool", (3, "e", ()), False)
+        np.testing.assert_array_equal(value, x)
 
 
 @pytest.mark.asyncio
@@ -219,9 +230,9 @@ async def test_mac_binds_the_recipient(raw_dealer):
     # A message MAC'd for B is refused by C, even though C shares the secret.
     async with ZmqTransport("C", secret=SECRET) as c:
         rc = Recorder(c)
-        payload = [b"C", *encode_control({"type": "abort"})]
+        body = b"C" + pack_control({"type": "abort"}, None, 1 << 20)[0]
         evil = raw_dealer(c.address, routing_id=b"A")
-        await evil.send_multipart([wire_mac(SECRET, b"A", b"B", payload), *payload])
+        await evil.send_multipart([wire_mac(SECRET, b"A", b"B", [body]) + body])
         await wait_until(lambda: c.stats["rejected"] == 1)
         assert c.rejections["mac"] == 1 and rc.controls == []
 
@@ -257,7 +268,7 @@ async def test_oversized_messages_are_rejected_and_refused_at_send(raw_dealer):
             a.send_tensor("B", (1,), np.zeros(20_000, np.uint8).view(np.float32))
         evil = raw_dealer(b.address, routing_id=b"X")
         # every frame is under the limit, the message is not
-        await evil.send_multipart([b"C", b"x" * 6000, b"x" * 6000])
+        await evil.send_multipart([b"C" + b"x" * 6000, b"x" * 6000])
         await wait_until(lambda: b.stats["rejected"] == 1)
         assert b.rejections["oversized"] == 1
         # a single frame over the limit: libzmq drops the connection; nothing arrives

@@ -181,3 +181,18 @@ def test_close_during_a_run_fails_the_run_and_stops_the_workers():
     th.join(10)
     assert isinstance(box.get("error"), (WorkerError, RuntimeError)), box
     _wait_for(lambda: not any(alive(p) for p in pids), 10, "workers to exit")
+
+
+def test_local_workers_use_a_private_ipc_directory_that_close_removes():
+    import stat
+
+    with dcf.Cluster.local(1) as cluster:
+        address = cluster.spec["worker"][0]
+        if not address.startswith("ipc://"):
+            pytest.skip("no ipc endpoints on this platform")
+        folder = os.path.dirname(address[len("ipc://"):])
+        assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+        assert cluster._client.transport.address.startswith(f"ipc://{folder}/")
+    assert not os.path.exists(folder)
+    with dcf.Cluster.local(1, ipc=False) as cluster:
+        assert cluster.spec["worker"][0].startswith("tcp://127.0.0.1:")

@@ -20,8 +20,8 @@ import zmq
 import zmq.asyncio
 
 import dcf
+from dcf.actors.codec import pack_tensors
 from dcf.actors.graphdef import decode_parts, encode_parts
-from dcf.actors.remote import LowLatencyTransport, encode_batch
 from dcf.actors.transport import ZmqTransport
 from dcf.errors import WorkerError
 from tests.cluster.helpers import alive, on, task
@@ -100,7 +100,7 @@ def test_without_the_secret_no_one_runs_ops_or_injects_tensors(cluster3, tmp_pat
             # (the client's own name is taken by its live connection: refused earlier)
             want = rejected + len(forged) * (k + 1)
             asyncio.run(_send_as(name, b"not-the-secret", w1, address, forged,
-                                 lambda w=want: k == 1 or mac_rejections() >= w))
+                                 lambda w=want, k=k: k == 1 or mac_rejections() >= w))
         assert sess.run(b, {x: 1.0}) == 4.0, "injected values were ignored"
         time.sleep(0.2)
         assert not marker.exists(), "the forged plan never ran"
@@ -186,11 +186,12 @@ def test_thousands_of_random_frames_leave_a_worker_working(tmp_path):
                 elif r < 0.85:
                     t.send_tensor(task(1), ("k", 1), np.zeros(3, np.float32))
                 else:
-                    items = [((rng.randint(0, 3), "e", (i,)), np.float32(i))
+                    # a batch of tensors with one byte flipped (MAC'd after the flip)
+                    items = [((rng.randint(0, 3), "e", (i,)), np.float32(i), False)
                              for i in range(3)]
-                    blob = bytearray(encode_batch(items))
-                    blob[rng.randrange(len(blob))] ^= 0xFF
-                    t.send_control(task(1), {"type": "batch"}, bytes(blob))
+                    body = bytearray(pack_tensors(items, 1 << 20)[0])
+                    body[rng.randrange(len(body))] ^= 0xFF
+                    t._enqueue(task(1), b"T", bytes(body))
             await asyncio.sleep(0.5)
             await t.close()
             for s in socks:
@@ -338,7 +339,7 @@ def test_graph_descriptions_refuse_what_a_worker_cannot_rebuild():
         decode_parts(b"\x93garbage")
 
 
-def test_low_latency_transport_keeps_order_under_backpressure():
+def test_transport_keeps_order_under_backpressure():
     async def main():
         got: list = []
         done = asyncio.Event()
@@ -349,8 +350,8 @@ def test_low_latency_transport_keeps_order_under_backpressure():
             if len(got) == n:
                 done.set()
 
-        a = LowLatencyTransport("a", secret=b"s")
-        b = LowLatencyTransport("b", secret=b"s", on_tensor=on_tensor)
+        a = ZmqTransport("a", secret=b"s")
+        b = ZmqTransport("b", secret=b"s", on_tensor=on_tensor)
         await a.start()
         await b.start()
         a.add_peer("b", b.address)
