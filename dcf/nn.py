@@ -10,14 +10,18 @@ import numpy as np
 
 from dcf import dtypes, nest
 from dcf.control_flow import while_loop
+from dcf.device import DeviceSpec
 from dcf.graph import Tensor, get_default_graph
+from dcf.ops.control_ops import stop_gradient
 from dcf.ops import array_ops, math_ops
 from dcf.ops.nn_ops import (  # noqa: F401
     log_softmax, relu, sigmoid, softmax, softmax_cross_entropy_with_logits,
     sparse_softmax_cross_entropy_with_logits, tanh,
 )
 from dcf.ops.registry import convert_to_tensor
-from dcf.ops.rnn_ops import lstm_gates
+from dcf.ops.rnn_ops import (
+    lstm_gates, project_unstack, rnn_matmul, tie_recorded_inputs, transpose_copy,
+)
 from dcf.ops.state_ops import Variable
 from dcf.tensor_array import TensorArray
 
@@ -26,6 +30,10 @@ __all__ = ["LSTMCell", "GRUCell", "LSTMStateTuple", "dynamic_rnn", "static_rnn",
            "sparse_softmax_cross_entropy_with_logits", "relu", "sigmoid", "tanh"]
 
 LSTMStateTuple = collections.namedtuple("LSTMStateTuple", ["c", "h"])
+# A cell's hoisted form for dynamic_rnn (see _hoisted_rnn): the projection weights
+# ([W_x; b] per TensorArray), step(xws_t, state), and optionally a recurrent weight tied
+# to the first projection with the function giving its matmul input from the state.
+_Hoist = collections.namedtuple("_Hoist", ["weights", "step", "tied", "tied_input"])
 
 
 def _glorot(name: str, shape: tuple, dtype: dtypes.DType) -> np.ndarray:
@@ -105,9 +113,36 @@ class LSTMCell(_Cell):
             if x.shape is None or x.shape[-1] is None:
                 raise ValueError("LSTMCell: the input's last dimension must be known")
             self._build(int(x.shape[-1]), self._dtype or x.dtype)
-        z = math_ops.matmul(array_ops.concat([x, h], 1), self.kernel) + self.bias
-        c_new, h_new = lstm_gates(z, c, self.forget_bias)
+        z = math_ops.matmul(array_ops.concat([x, h], 1), self.kernel)
+        c_new, h_new = lstm_gates(z, c, self.forget_bias, b=self.bias)   # bias in the kernel
         return h_new, LSTMStateTuple(c_new, h_new)
+
+    def _hoist(self, input_dim: int) -> tuple | None:
+        """dynamic_rnn's split of the step (see `_hoisted_rnn`): ([W_x; bias'], step).
+        `[x, 1] @ [W_x; bias']` is the input projection of all steps, one GEMM before the
+        loop (bias' = bias + forget_bias on the f block, so the step adds nothing else);
+        step(xw_t, state) does h @ W_h and the gates. W_x, W_h are row blocks of the
+        kernel: the variables (names, shapes, checkpoints) stay as they are."""
+        u = self.num_units
+        if self.kernel.shape != (input_dim + u, 4 * u):
+            return None
+        w_x, w_h = array_ops.split(self.kernel, [input_dim, u], axis=0)
+        w_h_t = transpose_copy(w_h)
+        bias = convert_to_tensor(self.bias)
+        if self.forget_bias:
+            # the forget bias goes into the projection too: one add fewer per step
+            fb = np.zeros(4 * u, bias.dtype.np)
+            fb[2 * u:3 * u] = self.forget_bias
+            bias = bias + fb
+        w_aug = _with_bias_row(w_x, bias)
+
+        def step(xw: list, state: Any) -> tuple[Tensor, LSTMStateTuple]:
+            c, h = state
+            z = rnn_matmul(h, w_h, w_h_t, w_grad=False)   # dW_h: after the backward loop
+            c_new, h_new = lstm_gates(z, c, 0.0, b=xw[0])
+            return h_new, LSTMStateTuple(c_new, h_new)
+        # tied: z_t = h_t @ W_h + xw_t, so dW_h = sum_t h_t^T d(xw_t) is computed with dW_x
+        return _Hoist([w_aug], step, w_h, lambda state: state[1])
 
 
 class GRUCell(_Cell):
@@ -159,6 +194,27 @@ class GRUCell(_Cell):
         h_new = u * h + (1.0 - u) * c
         return h_new, h_new
 
+    def _hoist(self, input_dim: int) -> tuple | None:
+        """As LSTMCell._hoist: ([Wg_x; gate_bias], [Wc_x; candidate_bias]) projected
+        before the loop; the step does h @ Wg_h and (r * h) @ Wc_h."""
+        u = self.num_units
+        if self.gate_kernel.shape != (input_dim + u, 2 * u) or \
+                self.cand_kernel.shape != (input_dim + u, u):
+            return None
+        wg_x, wg_h = array_ops.split(self.gate_kernel, [input_dim, u], axis=0)
+        wc_x, wc_h = array_ops.split(self.cand_kernel, [input_dim, u], axis=0)
+        wg_h_t, wc_h_t = transpose_copy(wg_h), transpose_copy(wc_h)
+        wg_aug = _with_bias_row(wg_x, self.gate_bias)
+        wc_aug = _with_bias_row(wc_x, self.cand_bias)
+
+        def step(xw: list, h: Tensor) -> tuple[Tensor, Tensor]:
+            gates = math_ops.sigmoid(rnn_matmul(h, wg_h, wg_h_t) + xw[0])
+            r, uu = array_ops.split(gates, 2, axis=1)
+            c = math_ops.tanh(rnn_matmul(r * h, wc_h, wc_h_t) + xw[1])
+            h_new = uu * h + (1.0 - uu) * c
+            return h_new, h_new
+        return _Hoist([wg_aug, wc_aug], step, None, None)
+
 
 def _batch_size(x: Tensor, axis: int) -> Any:
     d = x.shape[axis] if x.shape is not None else None
@@ -196,6 +252,10 @@ def dynamic_rnn(cell: Any, inputs: Any, sequence_length: Any = None, initial_sta
     With `sequence_length`, outputs past an example's length are zeros and its state
     is carried through unchanged. inputs: [batch, time, depth] ([time, batch, depth]
     when time_major). Returns (outputs, final_state).
+
+    For LSTMCell and GRUCell on CPU devices the input half of the cell's matmul is
+    hoisted out of the loop (`_hoisted_rnn`): the same function and variables, fewer
+    and larger GEMMs.
     """
     g = get_default_graph()
     with g.name_scope(scope or "rnn"):
@@ -212,26 +272,84 @@ def dynamic_rnn(cell: Any, inputs: Any, sequence_length: Any = None, initial_sta
             # variables outside the loop, under this scope: the same names as static_rnn
             # gives them (rnn/lstm_cell/kernel, not rnn/while/...), so checkpoints swap
             cell._build(int(xt.shape[-1]), cell._dtype or xt.dtype)
-        in_ta = TensorArray(xt.dtype, size=steps, element_shape=xt.shape[1:],
-                            name="inputs").unstack(xt)
+        hoist = _hoisted_rnn(cell, xt, steps, batch)
+        tied_ta = tied_input = None
+        if hoist is None:
+            in_tas = [TensorArray(xt.dtype, size=steps, element_shape=xt.shape[1:],
+                                  name="inputs").unstack(xt)]
+            step = cell
+        else:
+            in_tas, step, tied_ta, tied_input = hoist
         out_ta = TensorArray(xt.dtype, size=steps, name="outputs")
 
-        def body(t: Tensor, state: Any, out: TensorArray) -> tuple:
-            xin = in_ta.read(t)
-            y, new_state = cell(xin, state)
+        def body(t: Tensor, state: Any, out: TensorArray, *tied: TensorArray) -> tuple:
+            xin = [ta.read(t) for ta in in_tas]
+            y, new_state = step(xin[0] if hoist is None else xin, state)
             if seq is not None:
                 y = _masked(t, seq, y, array_ops.zeros_like(y))
                 new_state = _masked(t, seq, new_state, state)
-            return t + 1, new_state, out.write(t, y)
+            # a tied recurrent weight's matmul input, for its gradient after the loop (a
+            # record, not a path of the loss: no gradient flows back through it)
+            tied = tuple(ta.write(t, stop_gradient(tied_input(state))) for ta in tied)
+            return (t + 1, new_state, out.write(t, y)) + tied
 
-        _, final, out_ta = while_loop(lambda t, *_: t < steps, body,
-                                      (convert_to_tensor(0), state0, out_ta),
-                                      parallel_iterations=parallel_iterations,
-                                      swap_memory=swap_memory)
+        loop_vars = (convert_to_tensor(0), state0, out_ta) + \
+            (() if tied_ta is None else (tied_ta,))
+        _, final, out_ta, *tied_out = while_loop(lambda t, *_: t < steps, body, loop_vars,
+                                                 parallel_iterations=parallel_iterations,
+                                                 swap_memory=swap_memory)
+        if tied_out:
+            tie_recorded_inputs(in_tas[0], tied_out[0])
         outs = out_ta.stack()
         if not time_major:
             outs = array_ops.transpose(outs, [1, 0, 2])
         return outs, final
+
+
+def _with_bias_row(w: Tensor, bias: Any) -> Tensor:
+    """[[w], [bias]]: `[x, 1] @ it` is `x @ w + bias` in one GEMM (and the bias gradient
+    comes out of the weight-gradient GEMM: no separate pass over the large product)."""
+    b = convert_to_tensor(bias)
+    return array_ops.concat([w, array_ops.reshape(b, [1, -1])], 0)
+
+
+def _hoisted_rnn(cell: Any, xt: Tensor, steps: Any, batch: Any) -> tuple | None:
+    """The input half of the cell's matmul for every step at once, before the loop.
+
+    For cells with `_hoist` (LSTMCell, GRUCell): `[x_t, h] @ W + b = x_t @ W_x + b +
+    h @ W_h`, so `[x, 1] @ [W_x; b]` over all T*B rows is one large GEMM before the loop,
+    read per step from a TensorArray, and the loop does only `h @ W_h`. The gradient
+    follows: the TensorArray's gradient collects every step's d(pre-activation), and
+    dW_x, d(bias) (and d(inputs), only when asked for) come from single large GEMMs
+    after the backward loop. Returns (input TensorArrays, step(xs_t, state)), or None
+    to run the cell as it is."""
+    hoist = getattr(cell, "_hoist", None)
+    depth = xt.shape[-1] if xt.shape is not None else None
+    if hoist is None or depth is None or not getattr(cell, "_built", False):
+        return None
+    if DeviceSpec.parse(get_default_graph()._current_device()).device_type == "gpu":
+        # On a GPU the projection (T x B x 4u, alive while the forward loop runs) and its
+        # gradient array are device memory that swap_memory cannot move to the host, and
+        # swapping must not change results: GPU loops keep the per-step cell.
+        return None
+    parts = hoist(int(depth))
+    if parts is None:
+        return None
+    static = isinstance(steps, int) and isinstance(batch, int)
+    ones = array_ops.ones((steps, batch, 1) if static else array_ops.stack([steps, batch, 1]),
+                          dtype=xt.dtype)
+    # one copy: time-major, contiguous, with the ones column for the bias row
+    x_aug = array_ops.concat([xt, ones], 2)
+    tied_ta = None
+    if parts.tied is not None:
+        tied_ta = TensorArray(xt.dtype, size=steps, clear_after_read=False,
+                              name="tied_inputs")
+    tas = []
+    for k, w in enumerate(parts.weights):
+        ta = TensorArray(xt.dtype, size=steps, name=f"input_projection_{k}")
+        tied = parts.tied if k == 0 else None
+        tas.append(project_unstack(ta, x_aug, w, tied=tied))
+    return tas, parts.step, tied_ta, parts.tied_input
 
 
 def static_rnn(cell: Any, inputs: list, initial_state: Any = None, dtype: Any = None,

@@ -1,16 +1,27 @@
 """Fused LSTM gate math: one kernel for the elementwise part of an LSTM step.
 
+    z = z + b                               (b optional: the bias [4u], or the step's
+                                             precomputed input projection [batch, 4u])
     i, j, f, o = split(z, 4, axis=1)
     c_new = c * sigmoid(f + forget_bias) + sigmoid(i) * tanh(j)
     h_new = tanh(c_new) * sigmoid(o)
 
 Fusing saves about ten op firings (and their temporaries) per step; the gradient is
-one fused kernel too.
+one fused kernel too. `RNNMatMul(h, w, w_t)` is `h @ w` for a recurrent weight that a
+loop uses every step: `w_t` is a contiguous copy of `w`'s transpose, made once before
+the loop, so the backward loop's `dz @ w^T` is a plain (faster) GEMM instead of one
+against a transposed view. `TensorArrayProjectUnstack` writes `x[t] @ w` of all steps
+into a TensorArray with one GEMM (dynamic_rnn's hoisted input projection), and
+`TensorArrayProjectGrad` is its weight gradient `sum_t x[t]^T dP[t]` read from the
+gradient TensorArray in chunks.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
+
+import numpy as np
 
 from dcf.errors import InvalidArgumentError
 from dcf.graph import Tensor, TensorType
@@ -23,17 +34,82 @@ def _sig(xp, x):
     return 0.5 * xp.tanh(0.5 * x) + 0.5  # exact identity; one transcendental call
 
 
-def _gates_infer(z: TensorType, c: TensorType, *, forget_bias: float) -> list[TensorType]:
+def _gates_infer(z: TensorType, c: TensorType, b: TensorType | None = None, *,
+                 forget_bias: float) -> list[TensorType]:
     if z.dtype is not c.dtype or not z.dtype.is_floating:
         raise TypeError(f"LSTM gates need matching float inputs, got {z} and {c}")
     if z.shape is not None and c.shape is not None and z.shape[1] is not None and \
             c.shape[1] is not None and z.shape[1] != 4 * c.shape[1]:
         raise InvalidArgumentError(f"z must have 4*units columns: z is {z}, c is {c}")
+    if b is not None:
+        if b.dtype is not z.dtype:
+            raise TypeError(f"LSTM gates: the addend b must have z's dtype, got {b} and {z}")
+        if b.shape is not None and (len(b.shape) not in (1, 2) or (
+                z.shape is not None and any(
+                    x is not None and y is not None and x != y
+                    for x, y in zip(b.shape[::-1], z.shape[::-1])))):
+            raise InvalidArgumentError(f"the addend b must be [4*units] or shaped like z: "
+                                       f"b is {b}, z is {z}")
     return [c, c, z]
 
 
-def _gates(xp, z, c, *, forget_bias):
+_FULL_ROWS_MAX = 1 << 18
+
+
+@functools.lru_cache(maxsize=32)
+def _rows(n: int, u: int, forget_bias: float, dt: Any) -> tuple:
+    """Full-size [n, 4u] constants (same-shape numpy ops are cheaper than broadcasting
+    a row): the gates are acts = tanh(z * s + off) * s + add, where s is 1/2 in the
+    sigmoid blocks (sigmoid(x) = tanh(x/2)/2 + 1/2) and 1 in the tanh block, off adds
+    forget_bias/2 to the f block and add is 1/2 in the sigmoid blocks. Scaling by powers
+    of two is exact, so this rounds exactly as the slice-by-slice formulas do."""
+    s = np.full((n, 4 * u), 0.5, dt)
+    s[:, u:2 * u] = 1.0
+    off = np.zeros((n, 4 * u), dt)
+    off[:, 2 * u:3 * u] = dt(0.5) * dt(forget_bias)
+    add = np.full((n, 4 * u), 0.5, dt)
+    add[:, u:2 * u] = 0.0
+    for a in (s, off, add):
+        a.flags.writeable = False
+    return s, off, add
+
+
+@functools.lru_cache(maxsize=32)
+def _grad_rows(n: int, u: int, dt: Any) -> tuple:
+    """q, r of the gradient kernel: 1, 0 in the sigmoid blocks, 0, 1 in the tanh block."""
+    q = np.ones((n, 4 * u), dt)
+    q[:, u:2 * u] = 0.0
+    r = np.zeros((n, 4 * u), dt)
+    r[:, u:2 * u] = 1.0
+    for a in (q, r):
+        a.flags.writeable = False
+    return q, r
+
+
+def _gates(xp, z, c, b=None, *, forget_bias):
     u = c.shape[1]
+    if xp is np and z.ndim == 2 and z.dtype.kind == "f" and c.dtype == z.dtype:
+        a = None if b is None else z + b
+        shape = z.shape if a is None else a.shape
+        n = shape[0] if shape[0] * shape[1] <= _FULL_ROWS_MAX else 1  # large: one row
+        s, off, add = _rows(n, u, float(forget_bias), z.dtype.type)
+        if a is None:
+            a = z * s
+        else:
+            a *= s
+        if forget_bias:
+            a += off
+        np.tanh(a, out=a)
+        a *= s
+        a += add
+        i, j, f, o = a[:, :u], a[:, u:2 * u], a[:, 2 * u:3 * u], a[:, 3 * u:]
+        c_new = c * f
+        c_new += i * j
+        h_new = np.tanh(c_new)
+        h_new *= o
+        return c_new, h_new, a
+    if b is not None:
+        z = z + b
     i = _sig(xp, z[:, :u])
     j = xp.tanh(z[:, u:2 * u])
     f = _sig(xp, z[:, 2 * u:3 * u] + forget_bias)
@@ -53,6 +129,32 @@ def _gates_grad_infer(c: TensorType, acts: TensorType, c_new: TensorType, dc: Te
 def _gates_grad(xp, c, acts, c_new, dc, dh):
     u = c.shape[1]
     i, j, f, o = acts[:, :u], acts[:, u:2 * u], acts[:, 2 * u:3 * u], acts[:, 3 * u:]
+    if xp is np and acts.ndim == 2 and getattr(dc, "ndim", 0) == 2 and \
+            getattr(dh, "ndim", 0) == 2 and acts.dtype == c.dtype == dc.dtype == dh.dtype:
+        # dz = D * U: D the activations' derivatives, a (1 - a) in the sigmoid blocks
+        # and 1 - a^2 in the tanh block, = (q - a) a + r with full-size q, r; U the
+        # upstream products [dct j, dct i, dct c, dh tc]
+        q, r = _grad_rows(acts.shape[0] if acts.size <= _FULL_ROWS_MAX else 1, u,
+                          acts.dtype.type)
+        tc = np.tanh(c_new)
+        dz = np.subtract(q, acts)
+        dz *= acts
+        dz += r
+        di, dj, df, do = dz[:, :u], dz[:, u:2 * u], dz[:, 2 * u:3 * u], dz[:, 3 * u:]
+        dct = dh * tc
+        do *= dct                                 # dh tc o (1 - o)
+        dct *= tc
+        np.subtract(dh, dct, out=dct)             # dh (1 - tc^2)
+        dct *= o
+        dct += dc                                 # dc_total
+        di *= j
+        di *= dct
+        dj *= i
+        dj *= dct
+        df *= c
+        df *= dct
+        dct *= f
+        return dz, dct
     tc = xp.tanh(c_new)
     dc_total = dc + dh * o * (1 - tc * tc)
     di = dc_total * j * i * (1 - i)
@@ -111,10 +213,11 @@ def _fusable(xp, *arrays) -> bool:
         for a in arrays)
 
 
-def _gates_gpu(xp, z, c, *, forget_bias):
+def _gates_gpu(xp, z, c, b=None, *, forget_bias):
     if not _fusable(xp, z, c) or z.dtype != c.dtype:
-        return _gates(xp, z, c, forget_bias=forget_bias)
-    z = xp.ascontiguousarray(z)
+        return _gates(xp, z, c, b, forget_bias=forget_bias)
+    # the addend first (one add, as the generic kernel does), then the fused gates
+    z = xp.ascontiguousarray(z) if b is None else z + b
     c_new = xp.empty(c.shape, c.dtype)
     h_new = xp.empty(c.shape, c.dtype)
     acts = xp.empty(z.shape, z.dtype)
@@ -141,17 +244,264 @@ register(OpDef("LSTMGatesGrad", infer=_gates_grad_infer, kernel=_gates_grad,
 @RegisterGradient("LSTMGates")
 def _lstm_gates_grad(op: Any, dc_new: Any, dh_new: Any, dacts: Any) -> list:
     from dcf.ops.array_ops import zeros_like
+    from dcf.ops.math_ops import _sum_to
 
-    z, c = op.inputs
+    z, c = op.inputs[:2]
     c_new, h_new, acts = op.outputs
     dc_new = dc_new if dc_new is not None else zeros_like(c_new)
     dh_new = dh_new if dh_new is not None else zeros_like(h_new)
     dz, dc = apply("LSTMGatesGrad", [c, acts, c_new, dc_new, dh_new], name="LSTMGatesGrad")
-    return [dz, dc]
+    if len(op.inputs) == 2:
+        return [dz, dc]
+    b = op.inputs[2]
+    return [dz, dc, _sum_to(dz, b, z)]   # a [4u] bias: summed over the batch
 
 
-def lstm_gates(z: Tensor, c: Tensor, forget_bias: float = 1.0, name: str | None = None) -> tuple:
-    """(c_new, h_new) of an LSTM step from pre-activations z = [x, h] @ W + b."""
-    c_new, h_new, _ = apply("LSTMGates", [z, c], name=name or "LSTMGates",
-                            forget_bias=float(forget_bias))
+def lstm_gates(z: Tensor, c: Tensor, forget_bias: float = 1.0, name: str | None = None,
+               b: Any = None) -> tuple:
+    """(c_new, h_new) of an LSTM step from pre-activations z (+ b): z = [x, h] @ W and
+    b the bias, or z = h @ W_h and b the step's x @ W_x + bias."""
+    c_new, h_new, _ = apply("LSTMGates", [z, c] + ([] if b is None else [b]),
+                            name=name or "LSTMGates", forget_bias=float(forget_bias))
     return c_new, h_new
+
+
+# ------------------------------------------------------------- recurrent matmul
+def _rnn_matmul_infer(a: TensorType, w: TensorType, w_t: TensorType, *,
+                      w_grad: bool = True) -> TensorType:
+    from dcf.ops.math_ops import _matmul_infer
+
+    if w_t.dtype is not w.dtype:
+        raise TypeError(f"RNNMatMul: w_t must have w's dtype, got {w_t} and {w}")
+    if w.shape is not None and w_t.shape is not None and len(w_t.shape) == 2 and \
+            len(w.shape) == 2 and any(x is not None and y is not None and x != y
+                                      for x, y in zip(w.shape, w_t.shape[::-1])):
+        raise InvalidArgumentError(f"RNNMatMul: w_t must be w's transpose: w is {w}, "
+                                   f"w_t is {w_t}")
+    return _matmul_infer(a, w, transpose_a=False, transpose_b=False)
+
+
+def _rnn_matmul(xp, a, w, w_t, *, w_grad=True):
+    return a @ w
+
+
+def _transpose_copy(xp, x):
+    return xp.ascontiguousarray(x.T)
+
+
+register(OpDef("RNNMatMul", infer=_rnn_matmul_infer, kernel=_rnn_matmul))
+register(OpDef("TransposeCopy",
+               infer=lambda x: TensorType(x.dtype, None if x.shape is None
+                                          else tuple(reversed(x.shape))),
+               kernel=_transpose_copy))
+
+
+@RegisterGradient("RNNMatMul")
+def _rnn_matmul_grad(op: Any, g: Any) -> list:
+    from dcf.ops.math_ops import matmul
+
+    a, w, w_t = op.inputs
+    # the value does not depend on w_t (it only stands for w^T): no gradient flows to it.
+    # w_grad=False: the op that made the loop's input projection supplies dL/dw for every
+    # step at once (TensorArrayProjectUnstack with a tied weight), so none is made here
+    dw = matmul(a, g, transpose_a=True) if op.attrs.get("w_grad", True) else None
+    return [matmul(g, w_t), dw, None]
+
+
+@RegisterGradient("TransposeCopy")
+def _transpose_copy_grad(op: Any, g: Any) -> list:
+    return [transpose_copy(g)]
+
+
+def transpose_copy(x: Any, name: str | None = None) -> Tensor:
+    """A contiguous copy of the transpose of a matrix (Transpose is a view)."""
+    return apply("TransposeCopy", [x], name=name or "TransposeCopy")
+
+
+def rnn_matmul(a: Any, w: Any, w_t: Any, name: str | None = None, *,
+               w_grad: bool = True) -> Tensor:
+    """`a @ w`, where `w_t` is `transpose_copy(w)` made once outside the loop: the
+    gradient w.r.t. `a` is `g @ w_t`, a plain GEMM (no per-step transposed view).
+    w_grad=False only for a `w` tied to a TensorArrayProjectUnstack (see there)."""
+    return apply("RNNMatMul", [a, w, w_t], name=name or "RNNMatMul", w_grad=bool(w_grad))
+
+
+# ------------------------------------------------- input projection into a TensorArray
+def _project_unstack_infer(handle: TensorType, x: TensorType, w: TensorType,
+                           flow: TensorType, *tied: TensorType) -> TensorType:
+    from dcf.ops.data_ops import _FLOW
+    from dcf.ops.math_ops import _matmul_infer
+
+    if x.shape is not None and len(x.shape) != 3:
+        raise InvalidArgumentError(f"the inputs must be [time, batch, depth], got {x}")
+    _matmul_infer(TensorType(x.dtype, None if x.shape is None else x.shape[1:]), w,
+                  transpose_a=False, transpose_b=False)
+    if tied:
+        if len(tied) != 1:
+            raise InvalidArgumentError("at most one tied weight")
+        _matmul_infer(TensorType(x.dtype, (None, None)), tied[0], transpose_a=False,
+                      transpose_b=False)
+        if w.shape is not None and tied[0].shape is not None and \
+                w.shape[1] != tied[0].shape[1]:
+            raise InvalidArgumentError(f"the tied weight {tied[0]} must have w's columns "
+                                       f"({w})")
+    return _FLOW
+
+
+def _project_unstack(xp, handle, x, w, flow, *tied):
+    from dcf.ops.data_ops import _FLOW_VALUE
+
+    t, b, k = x.shape
+    p = (x.reshape(t * b, k) @ w).reshape(t, b, w.shape[1])   # one GEMM for all steps
+    handle.scatter(np.arange(t), p)
+    return _FLOW_VALUE
+
+
+register(OpDef("TensorArrayProjectUnstack", infer=_project_unstack_infer,
+               kernel=_project_unstack))
+
+
+@RegisterGradient("TensorArrayProjectUnstack")
+def _project_unstack_grad(op: Any, gflow_out: Any) -> list:
+    from dcf.autodiff.gradients import active_state
+    from dcf.ops import array_ops
+    from dcf.ops.math_ops import matmul
+
+    handle, x, w, _ = op.inputs[:4]
+    gh, gflow = apply("TensorArrayGradV3", [handle, gflow_out], name="ta_grad",
+                      source=active_state().source)
+    n = w.shape[1] if w.shape is not None else None
+    if n is None:
+        raise ValueError("TensorArrayProjectUnstack: the gradient needs w's static width")
+    dp = apply("TensorArrayStack", [gh, gflow], name="ta_grad_stack", dtype=x.dtype,
+               element_shape=None if x.shape is None else (x.shape[1], n))
+    dx = array_ops.reshape(matmul(array_ops.reshape(dp, [-1, n]), w, transpose_b=True),
+                           array_ops.shape(x))
+    # dW = X^T dP over all steps, read from the gradient array in chunks (no [T, B, N]
+    # copy of it); dX = dP W^T, which stacks dP, runs only when dX is asked for
+    if len(op.inputs) == 4:
+        dw = apply("TensorArrayProjectGrad", [gh, x, gflow], name="ta_project_grad_w",
+                   units=n)
+        return [None, dx, dw, gflow_out]
+    # A tied recurrent weight w_h: the loop adds h[t] @ w_h to step t's projection and
+    # records h[t] in a TensorArray (see tie_recorded_inputs), so dL/dw_h =
+    # sum_t h[t]^T dP[t] -- the same dP: one pass over its chunks gives both gradients.
+    (w_h,) = op.inputs[4:]
+    rec = [r for o, r in op.graph.get_collection(_TIED_RECORDS) if o is op]
+    u = w_h.shape[0] if w_h.shape is not None else None
+    if len(rec) != 1 or u is None:
+        raise ValueError(f"TensorArrayProjectUnstack '{op.name}': a tied weight needs its "
+                         "recorded inputs (tie_recorded_inputs) and a static shape")
+    dw, dw_h = apply("TensorArrayProjectGrad", [gh, x, gflow, rec[0].handle, rec[0].flow],
+                     name="ta_project_grad_w", units=n, tied_rows=u)
+    return [None, dx, dw, gflow_out, dw_h]
+
+
+#: rows of X per GEMM in TensorArrayProjectGrad (a chunk's dP copy stays in cache)
+_PROJECT_CHUNK_ROWS = 4096
+
+
+def _project_grad_infer(handle: TensorType, x: TensorType, flow: TensorType,
+                        *tied: TensorType, units: int, tied_rows: int | None = None) -> Any:
+    if x.shape is not None and len(x.shape) != 3:
+        raise InvalidArgumentError(f"the inputs must be [time, batch, depth], got {x}")
+    dw = TensorType(x.dtype, (None if x.shape is None else x.shape[2], units))
+    if not tied:
+        return dw
+    return [dw, TensorType(x.dtype, (tied_rows, units))]
+
+
+def _project_grad(xp, handle, x, flow, *tied, units, tied_rows=None):
+    """sum_t x[t]^T @ P[t] over the TensorArray's elements P[t] ([batch, units]); with a
+    second TensorArray H also sum_t H[t]^T @ P[t], from the same chunks of P."""
+    t, b, k = x.shape
+    x2 = x.reshape(t * b, k)
+    per = max(1, _PROJECT_CHUNK_ROWS // max(b, 1))
+    out = out_h = None
+    for s in range(0, t, per):
+        e = min(t, s + per)
+        p = xp.stack([handle.read(i, xp) for i in range(s, e)]).reshape((e - s) * b, units)
+        part = x2[s * b:e * b].T @ p
+        out = part if out is None else xp.add(out, part, out=out)
+        if tied:
+            h = xp.stack([tied[0].read(i, xp) for i in range(s, e)]).reshape((e - s) * b, -1)
+            part = h.T @ p
+            out_h = part if out_h is None else xp.add(out_h, part, out=out_h)
+    if out is None:
+        out = xp.zeros((k, units), x.dtype)
+        out_h = xp.zeros((tied_rows, units), x.dtype) if tied else None
+    return (out, out_h) if tied else out
+
+
+register(OpDef("TensorArrayProjectGrad", infer=_project_grad_infer, kernel=_project_grad))
+
+
+@RegisterGradient("TensorArrayProjectGrad")
+def _project_grad_grad(op: Any, g: Any, g_h: Any = None) -> list:
+    """d/dx and d/dP of sum_t x[t]^T P[t]: P[t] g^T and x[t] g (as TensorArrayStack's
+    gradient, the latter scattered into the array's gradient array). With a tied array
+    H, d/dP also gets H[t] g_h; H itself gets none (it is read through its handle: like
+    every value a while_loop saves, it has no second-order path yet)."""
+    from dcf.autodiff.gradients import active_state
+    from dcf.ops import array_ops
+    from dcf.ops.math_ops import matmul, range as range_
+
+    handle, x, flow = op.inputs[:3]
+    units = op.attrs["units"]
+    k = x.shape[2] if x.shape is not None and x.shape[2] is not None else -1
+    if g is None:
+        g = array_ops.zeros_like(op.outputs[0])
+    p = apply("TensorArrayStack", [handle, flow], name="ta_stack", dtype=x.dtype,
+              element_shape=None if x.shape is None else (x.shape[1], units))
+    dx = array_ops.reshape(matmul(array_ops.reshape(p, [-1, units]), g, transpose_b=True),
+                           array_ops.shape(x))
+    tb = array_ops.shape(x)[:2]
+    dp2 = matmul(array_ops.reshape(x, [-1, k]), g)
+    if len(op.inputs) > 3 and g_h is not None:   # (H's own flow input gets None)
+        hs = apply("TensorArrayStack", [op.inputs[3], flow], name="ta_tied_stack",
+                   dtype=x.dtype, element_shape=None)
+        dp2 = dp2 + matmul(array_ops.reshape(hs, [-1, op.attrs["tied_rows"]]), g_h)
+    dp = array_ops.reshape(dp2, array_ops.concat([tb, [units]], 0))
+    gh, gflow = apply("TensorArrayGradV3", [handle, flow], name="ta_grad",
+                      source=active_state().source)
+    n = apply("TensorArraySizeV3", [handle, flow], name="ta_size")
+    f = apply("TensorArrayScatterAccumulate", [gh, range_(n), dp, gflow],
+              name="ta_grad_scatter")
+    return [None, dx, f] + [None] * (len(op.inputs) - 3)
+
+
+_TIED_RECORDS = "dcf_rnn_tied_records"
+
+
+def tie_recorded_inputs(projected: Any, recorded: Any) -> None:
+    """Tell the gradient of `projected` (a TensorArray from project_unstack with a tied
+    weight) where the loop recorded the tied matmul's inputs: `recorded` is that
+    TensorArray after the loop (its flow orders the reads after every write)."""
+    op = projected.flow.op
+    op.graph.add_to_collection(_TIED_RECORDS, (op, recorded))
+
+
+def project_unstack(ta: Any, x: Any, w: Any, name: str | None = None, *,
+                    tied: Any = None) -> Any:
+    """`ta.unstack(x @ w)` for x [T, B, K] as one [T*B, K] @ [K, N] GEMM, without the
+    [T, B, N] product outliving the TensorArray's elements (each is released when the
+    loop reads it). Returns the TensorArray with the new flow; the gradient is
+    dW = sum_t X[t]^T dP[t] read from the TensorArray's gradient (and dX = dP W^T if
+    asked for).
+
+    tied=w_h: the loop that reads `ta` adds `rnn_matmul(h[t], w_h, ..., w_grad=False)`
+    to element t and writes that h[t] (under stop_gradient) to a TensorArray
+    (clear_after_read=False) that it passes to `tie_recorded_inputs` after the loop.
+    Then dL/dw_h = sum_t h[t]^T dP[t] comes from this op's gradient, in the same pass
+    over dP as dW, instead of a GEMM and an accumulation in every backward step. Valid
+    when element t reaches the loss only added to that product (dynamic_rnn's hoisted
+    LSTM step)."""
+    from dcf.ops.registry import convert_to_tensor
+
+    x, w = convert_to_tensor(x), convert_to_tensor(w)
+    if x.shape is not None and w.shape is not None:
+        ta._merge_shape((x.shape[1], w.shape[1]), "unstack")
+    extra = [] if tied is None else [convert_to_tensor(tied)]
+    flow = apply("TensorArrayProjectUnstack", [ta.handle, x, w, ta.flow] + extra,
+                 name=name or "TensorArrayProjectUnstack")
+    return ta._with_flow(flow)
