@@ -36,6 +36,7 @@ TF1 steps/s of the same agent.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import itertools
 import os
@@ -58,9 +59,14 @@ from bench.harness import (
     peer_available,
     peer_versions,
     report,
+    source_fingerprint,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
+# dcf files on this benchmark's hot path (their hashes go into the JSON's config)
+HOT_PATH_FILES = ("frame_compiler.py", "session.py", "plan.py", "resources.py",
+                  "ops/state_ops.py", "ops/math_ops.py", "ops/array_ops.py", "ops/data_ops.py",
+                  "ops/random_ops.py", "train.py")
 
 
 def load_example() -> Any:
@@ -319,6 +325,9 @@ def main(argv: list[str] | None = None) -> dict:
         "python": platform.python_version(), "numpy": np.__version__,
         "gymnasium": gymnasium.__version__, "dcf": getattr(dcf, "__version__", "?"),
         "git_head": git_head(),
+        "dcf_source": source_fingerprint(HOT_PATH_FILES),
+        "example_sha1": hashlib.sha1((ROOT / "examples" / "dqn_cartpole.py").read_bytes())
+        .hexdigest()[:10],
         "loadavg_before": [round(x, 2) for x in load_before],
         "loadavg_after": [round(x, 2) for x in os.getloadavg()],
     }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +42,23 @@ class DeviceResources:
             with self._lock:
                 v = self.variables.setdefault(name, VarStore(name))
         return v
+
+    def bind_kernel(self, p: Any, kw: dict) -> Any:
+        """The callable that runs node `p` (plan.py calls this for every kernel node).
+
+        A kernel may carry a `bind(xp, **attrs)` attribute returning a callable
+        specialised for this node's attrs (or None): it must compute exactly what
+        `kernel(xp, *inputs, **attrs)` computes, minus the per-call cost of a keyword
+        partial and of re-reading the attrs.
+        """
+        kernel = p.kernel
+        binder = getattr(kernel, "bind", None)
+        if binder is not None:
+            fn = binder(self.xp, **kw)
+            if fn is not None:
+                return fn
+        return functools.partial(kernel, self.xp, **kw) if kw else \
+            functools.partial(kernel, self.xp)
 
     def rng(self, key: str, seed: int | None) -> np.random.Generator:
         """A generator persistent for this session: seeded ops repeat across sessions."""

@@ -131,12 +131,9 @@ class QNetwork:
 
     def __call__(self, flat: Any, x: Any) -> dcf.Tensor:
         """Q(x) [B, n_act] for a batch x [B, n_obs], with weights `flat` (a read of `var`)."""
-        ws, at = [], 0
-        for sh in self.shapes:
-            size = int(np.prod(sh))
-            ws.append(dcf.reshape(flat[at:at + size], sh) if len(sh) == 2 else
-                      flat[at:at + size])
-            at += size
+        # one split into the 6 weights (views), whose gradient is one concat
+        parts = dcf.split(flat, [int(np.prod(sh)) for sh in self.shapes])
+        ws = [dcf.reshape(p, sh) if len(sh) == 2 else p for p, sh in zip(parts, self.shapes)]
         h = x
         for k in range(0, len(ws), 2):
             h = dcf.matmul(h, ws[k]) + ws[k + 1]

@@ -277,6 +277,35 @@ def _py_func_kernel(xp, *args, fn, tout, stateful, fn_name):
     return conv[0] if len(conv) == 1 else tuple(conv)
 
 
+def _bind_py_func(xp, *, fn, tout, stateful, fn_name):
+    """The kernel with a fast path for results that already are what np.asarray would
+    make of them (an ndarray of the declared dtype, or a numpy scalar of it)."""
+    nps = tuple(dt.np for dt in tout)
+    scalar_types = tuple(npd.type for npd in nps)
+    n = len(tout)
+    ndarray = np.ndarray
+
+    def py_func(*args):
+        result = fn(*args)
+        if type(result) is tuple and len(result) == n:
+            conv = []
+            for v, npd, st in zip(result, nps, scalar_types):
+                t = type(v)
+                if t is st or (t is ndarray and v.dtype == npd and v.ndim):
+                    conv.append(v)  # np.asarray(v, npd) is v (or equals it: a scalar)
+                else:
+                    break
+            else:
+                return conv[0] if n == 1 else tuple(conv)
+        return _py_func_kernel(xp, *args, fn=lambda *_: result, tout=tout, stateful=stateful,
+                               fn_name=fn_name)
+
+    return py_func
+
+
+_py_func_kernel.bind = _bind_py_func  # type: ignore[attr-defined]
+
+
 def _py_func_infer(*inputs: TensorType, fn, tout, stateful, fn_name) -> list[TensorType]:
     return [TensorType(dt, None) for dt in tout]
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from dcf import dtypes
 from dcf.errors import InvalidArgumentError
 from dcf.graph import Tensor, TensorType
@@ -50,6 +52,36 @@ def _random_uniform(xp, *dyn, shape, dtype, seed, minval, maxval, res, node_name
     if minval != 0 or maxval != 1:
         out = out * (maxval - minval) + minval  # Python floats keep the array's dtype
     return _s(out)
+
+
+def _bind_random_uniform(xp, *, shape, dtype, seed, minval, maxval, res, node_name,
+                         hint=None):
+    """RandomUniform bound to its node: the same draws from the same generator, without
+    a keyword partial of 8 attrs and the dtype dispatch on every call."""
+    if shape is None or xp is not np or dtype is dtypes.float16:
+        return None
+    shape, np_dt, rng_of = tuple(shape), dtype.np, res.rng
+    if dtype.is_integer:
+        lo, hi = minval, maxval
+
+        def uniform_int():
+            out = rng_of(node_name, seed).integers(lo, hi, size=shape, dtype=np_dt)
+            return out[()] if out.ndim == 0 else out
+
+        return uniform_int
+    scaled = minval != 0 or maxval != 1
+    width = maxval - minval
+
+    def uniform():
+        out = rng_of(node_name, seed).random(size=shape, dtype=np_dt)
+        if scaled:
+            out = out * width + minval  # Python floats keep the array's dtype
+        return out[()] if out.ndim == 0 else out
+
+    return uniform
+
+
+_random_uniform.bind = _bind_random_uniform  # type: ignore[attr-defined]
 
 
 def _random_normal(xp, *dyn, shape, dtype, seed, mean, stddev, res, node_name, hint=None):
