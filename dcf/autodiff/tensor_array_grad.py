@@ -22,8 +22,25 @@ def _elem_attrs(op: Any) -> dict:
             "element_shape": op.attrs.get("element_shape")}
 
 
+def _refuse_second_order_in_loop(op: Any) -> None:
+    """A read of a *gradient* TensorArray inside a loop is part of a backward loop;
+    differentiating it again (second order through a loop that writes a TensorArray)
+    gave wrong values (found against finite differences), so it is refused instead."""
+    if op.frame_ctx is None:
+        return
+    from dcf.placement import _resource_root
+
+    if _resource_root(op.inputs[0].op).type == "TensorArrayGradV3":
+        raise NotImplementedError(
+            f"gradients: {op.type} '{op.name}' reads a gradient TensorArray inside a loop; "
+            "second-order gradients through a while_loop that writes a TensorArray "
+            "(e.g. dynamic_rnn's outputs) are not supported. Second order through loops "
+            "that only read TensorArrays, or write none, and through static_rnn, is.")
+
+
 @RegisterGradient("TensorArrayReadV3")
 def _read_grad(op: Any, g: Any) -> list:
+    _refuse_second_order_in_loop(op)
     handle, index, flow = op.inputs
     gh, gflow = _grad_array(op, flow)
     w = apply("TensorArrayWriteAccumulate", [gh, index, g, gflow], name="ta_grad_write")
