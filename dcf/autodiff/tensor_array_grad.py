@@ -22,25 +22,8 @@ def _elem_attrs(op: Any) -> dict:
             "element_shape": op.attrs.get("element_shape")}
 
 
-def _refuse_second_order_in_loop(op: Any) -> None:
-    """A read of a *gradient* TensorArray inside a loop is part of a backward loop;
-    differentiating it again (second order through a loop that writes a TensorArray)
-    gave wrong values (found against finite differences), so it is refused instead."""
-    if op.frame_ctx is None:
-        return
-    from dcf.placement import _resource_root
-
-    if _resource_root(op.inputs[0].op).type == "TensorArrayGradV3":
-        raise NotImplementedError(
-            f"gradients: {op.type} '{op.name}' reads a gradient TensorArray inside a loop; "
-            "second-order gradients through a while_loop that writes a TensorArray "
-            "(e.g. dynamic_rnn's outputs) are not supported. Second order through loops "
-            "that only read TensorArrays, or write none, and through static_rnn, is.")
-
-
 @RegisterGradient("TensorArrayReadV3")
 def _read_grad(op: Any, g: Any) -> list:
-    _refuse_second_order_in_loop(op)
     handle, index, flow = op.inputs
     gh, gflow = _grad_array(op, flow)
     w = apply("TensorArrayWriteAccumulate", [gh, index, g, gflow], name="ta_grad_write")
@@ -95,6 +78,12 @@ def _scatter_grad(op: Any, gflow_out: Any) -> list:
     return [None, None, v, gflow_out]
 
 
-RegisterGradient("TensorArrayWriteAccumulate")(lambda op, g: [None, None, None, g])
-RegisterGradient("TensorArrayScatterAccumulate")(lambda op, g: [None, None, None, g])
+# Second order. A gradient array is filled from values (d loss / d stack, ...) that
+# themselves depend on the variables, so the ops that make and fill it differentiate
+# too: its flow passes through TensorArrayGradV3, and the accumulating writes and
+# scatters differentiate like the plain ones (the value's gradient is read back from
+# this gradient array's own gradient array).
+RegisterGradient("TensorArrayGradV3")(lambda op, g_handle, g_flow: [None, g_flow])
+RegisterGradient("TensorArrayWriteAccumulate")(_write_grad)
+RegisterGradient("TensorArrayScatterAccumulate")(_scatter_grad)
 _ = dtypes

@@ -255,7 +255,7 @@ register(OpDef("TensorArrayWriteAccumulate", kernel=_ta_write_accumulate,
                infer=lambda h, i, v, f: _FLOW))
 register(OpDef("TensorArrayScatterAccumulate", kernel=_ta_scatter_accumulate,
                infer=lambda h, i, v, f: _FLOW))
-not_differentiable("TensorArraySizeV3", "TensorArrayGradV3", "TensorArrayV3")
+not_differentiable("TensorArraySizeV3", "TensorArrayV3")  # GradV3: autodiff/tensor_array_grad
 
 
 # ------------------------------------------------------------------- py_func
