@@ -37,6 +37,7 @@ from typing import Any, Callable
 import numpy as np
 
 from dcf.actors.device_actor import DeviceActor
+from dcf.actors.gpu import GpuDevice, end_fetches, start_fetches
 from dcf.device import DeviceSpec
 from dcf.errors import ResourceExhaustedError
 from dcf.executor import Executor
@@ -96,8 +97,6 @@ def build_fused(ops: list[Operation], device_of: dict[Operation, str],
                         inputs=[inner], control=list(src.control), attrs=src.attrs,
                         n_out=1, op=src.op, device=dst_dev)
         elif d_gpu is not None:
-            from dcf.actors.gpu import GpuDevice
-
             gpu = GpuDevice.get(d_gpu)
             out = PNode(f"_xfer/{src.name}:{idx}->{dst_dev}", "_ToDevice", Kind.KERNEL,
                         _value_frame(src), inputs=[(src, idx)],
@@ -124,8 +123,6 @@ def build_fused(ops: list[Operation], device_of: dict[Operation, str],
         g = _gpu_index(n.pnode.device)
         if g is not None:
             if g not in gpus:
-                from dcf.actors.gpu import GpuDevice
-
                 gpus[g] = GpuDevice.get(g)
             plan.gpu_of[n.id] = gpus[g]
     compile_frames(plan)
@@ -145,8 +142,6 @@ def _to_host_fn(what: str) -> Callable[[Any], tuple]:
         dev = getattr(v, "device", None)
         if dev is None or not hasattr(v, "__cuda_array_interface__"):
             return v, None
-        from dcf.actors.gpu import GpuDevice
-
         return GpuDevice.get(dev.id).to_host_async(v, what)
     return to_host
 
@@ -162,28 +157,9 @@ class FusedActor(DeviceActor):
 
     def begin(self) -> None:
         for a in self.gpu_actors:
-            gpu = a.gpu
-            gpu.activate()
-            if (gpu.limit, gpu.swap_threshold) != a._memory:   # this session's settings
-                gpu.configure(*a._memory)
-            gpu.swapper.reset()
+            a.prepare()
 
-    def _start_fetches(self, results: list) -> list:
-        from dcf.actors.gpu import GpuDevice
-
-        pending = []
-        for k, v in enumerate(results):
-            dev = getattr(v, "device", None)
-            if dev is not None and hasattr(v, "__cuda_array_interface__"):
-                host, ev = GpuDevice.get(dev.id).to_host_async(v, f"fetch {k}")
-                results[k] = host
-                pending.append((k, host, ev))
-        return pending
-
-    def _end(self, results: list, pending: list) -> None:
-        for k, host, _ in pending:
-            if not host.ndim:
-                results[k] = host[()]
+    def _collect(self) -> None:
         for a in self.gpu_actors:
             a.gpu.collect()
 
@@ -196,11 +172,11 @@ class FusedActor(DeviceActor):
             if isinstance(e, ResourceExhaustedError):
                 raise
             raise ResourceExhaustedError(f"out of GPU memory in a transfer: {e}") from None
-        pending = self._start_fetches(ex.results)
-        for _, _, ev in pending:
-            while not ev.done:
-                await _sleep0()
-        self._end(ex.results, pending)
+        pending = start_fetches(ex.results)
+        for _, _, ev, owner in pending:
+            await owner.wait(ev)
+        end_fetches(ex.results, pending)
+        self._collect()
         return ex
 
     def run_sync(self, plan: ExecPlan, feeds: list, check: Callable[[], None]) -> list:
@@ -227,14 +203,9 @@ class FusedActor(DeviceActor):
         finally:
             gen.close()
             self.host_waits = (n_waits, waited)   # GPU events the host waited for, seconds
-        pending = self._start_fetches(results)
-        for _, _, ev in pending:
+        pending = start_fetches(results)
+        for _, _, ev, _ in pending:
             ev.synchronize()
-        self._end(results, pending)
+        end_fetches(results, pending)
+        self._collect()
         return results
-
-
-async def _sleep0() -> None:
-    import asyncio
-
-    await asyncio.sleep(0)

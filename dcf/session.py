@@ -159,6 +159,11 @@ class AsyncSession:
         if self.cluster is not None:
             # each worker gets its partitions once per plan; the client keeps its own
             parts, remote = self.cluster._ship(self._sid, parts, fetch_pos, self.config)
+        fused = None
+        if remote is None and len(parts) > 1 and self.config.compile_frames and \
+                self.config.fuse_devices:
+            fused = self._fused_plan(ops, device_of, fetches, feed_tensors, fetch_pos,
+                                     list(parts))
         built = []
         for dev, prt in parts.items():
             actor = self._actor(dev)
@@ -169,17 +174,15 @@ class AsyncSession:
             gpu = getattr(actor, "gpu", None)
             if gpu is not None:
                 plan.gpu_of = dict.fromkeys(range(len(plan.nodes)), gpu)
-            if self.config.compile_frames:
+            if self.config.compile_frames and fused is None:
+                # (with a fused plan the partitions serve traced runs only, which take
+                # the tagged-token executor: nothing to compile)
                 from dcf.frame_compiler import compile_frames
 
                 compile_frames(plan)
             built.append((dev, plan, [k for _, k in prt.feeds],
                           [fetch_pos[k] for _, _, k in prt.fetches]))
-        rp = _RunPlan(built, fetch_targets, structure, feed_tensors, remote)
-        if remote is None and len(built) > 1 and self.config.compile_frames and \
-                self.config.fuse_devices:
-            rp.fused = self._fused_plan(ops, device_of, fetches, feed_tensors, fetch_pos,
-                                        [dev for dev, *_ in built])
+        rp = _RunPlan(built, fetch_targets, structure, feed_tensors, remote, fused)
         self._plans[key] = rp
         return rp
 

@@ -930,13 +930,19 @@ class GpuActor(DeviceActor):
             self._dst[id(plan)] = d
         return d
 
-    async def run_step(self, plan: Any, feeds: list, step: Any, rendezvous: Any,
-                       **kw: Any) -> Any:
+    def prepare(self) -> None:
+        """Before a step: this GPU current, this session's memory settings, the
+        swapper's sampling restarted."""
         gpu = self.gpu
         gpu.activate()
         if (gpu.limit, gpu.swap_threshold) != self._memory:   # this session's settings
             gpu.configure(*self._memory)
         gpu.swapper.reset()
+
+    async def run_step(self, plan: Any, feeds: list, step: Any, rendezvous: Any,
+                       **kw: Any) -> Any:
+        gpu = self.gpu
+        self.prepare()
         trace = kw.get("trace", False)
         if trace:
             gpu.begin_trace()
@@ -950,20 +956,10 @@ class GpuActor(DeviceActor):
                     raise
                 raise ResourceExhaustedError(gpu._oom_text("a transfer", e)) from None
             await view.drain()
-            pending = []
-            res = ex.results
-            for k, v in enumerate(res):
-                if type(v) is _PeerValue:
-                    v = v.array
-                if type(v) is gpu.ndarray:
-                    host, ev = gpu.to_host_async(v, f"fetch {k}")
-                    res[k] = host
-                    pending.append((k, host, ev))
-            if pending:
-                await gpu.wait(pending[-1][2])   # one stream: the last copy finishes last
-                for k, host, _ in pending:       # read 0-d values only now
-                    if not host.ndim:
-                        res[k] = host[()]
+            pending = start_fetches(ex.results)
+            for _, _, ev, owner in pending:
+                await owner.wait(ev)
+            end_fetches(ex.results, pending)
             gpu.collect()
         finally:
             if trace:
@@ -971,6 +967,30 @@ class GpuActor(DeviceActor):
         if trace:
             ex.trace = merge_trace(ex.trace, dev_events)
         return ex
+
+
+def start_fetches(results: list) -> list:
+    """Start copying every device array among a run's `results` to pinned host memory,
+    each on its own GPU's d2h stream; results[k] becomes the (not yet filled) host
+    array. Returns [(k, host array, copy event, GpuDevice)] for end_fetches."""
+    pending = []
+    for k, v in enumerate(results):
+        if type(v) is _PeerValue:
+            v = v.array
+        dev = getattr(v, "device", None)
+        if dev is not None and hasattr(v, "__cuda_array_interface__"):
+            owner = GpuDevice.get(dev.id)
+            host, ev = owner.to_host_async(v, f"fetch {k}")
+            results[k] = host
+            pending.append((k, host, ev, owner))
+    return pending
+
+
+def end_fetches(results: list, pending: list) -> None:
+    """After every copy of `pending` has completed: 0-d values as numpy scalars."""
+    for k, host, _, _ in pending:
+        if not host.ndim:
+            results[k] = host[()]
 
 
 def _where(key: tuple) -> tuple:

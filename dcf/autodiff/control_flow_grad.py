@@ -16,14 +16,12 @@ differentiated one by one: the table below makes that explicit.
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
-from dcf import dtypes
-from dcf.autodiff.gradients import GradState, _inside, differentiable, vjp
+from dcf.autodiff.gradients import GradState, _inside, differentiable, on_device, vjp
 from dcf.autodiff.loop_state import GradCondContext, GradWhileContext, forward_counter
 from dcf.control_flow import CondInfo, WhileContext, cond, while_loop
-from dcf.graph import Operation, Tensor, get_default_graph
+from dcf.graph import Operation, Tensor
 from dcf.ops.registry import RegisterGradient
 
 __all__ = ["cond_grad", "while_grad"]
@@ -83,7 +81,7 @@ def cond_grad(state: GradState, info: CondInfo, inputs: list[Tensor],
     for k in diff:
         gy[k] = out_grads[k] if out_grads[k] is not None else _zeros_like(outs[k])
     internal = internal or {}
-    inner_of = {b: [t for t in internal if _in_branch(t, info.branches[b])] for b in (0, 1)}
+    inner_of = {b: [t for t in internal if info.branches[b]._is_inside(t)] for b in (0, 1)}
     targets = {b: _targets_inside(state, info.branches[b]) for b in (0, 1)}
     all_targets = targets[1] + [t for t in targets[0] if t not in targets[1]]
 
@@ -122,17 +120,6 @@ def cond_grad(state: GradState, info: CondInfo, inputs: list[Tensor],
     it = iter(res)
     full = [next(it) if differentiable(t) else None for t in ext + all_targets]
     return full[:len(ext)], dict(zip(all_targets, full[len(ext):]))
-
-
-def _in_branch(t: Tensor, branch: Any) -> bool:
-    if t in branch._internal:
-        return True
-    c = t.op.ctx
-    while c is not None:
-        if c is branch:
-            return True
-        c = c.outer
-    return False
 
 
 def _zeros_like_static(t: Tensor) -> Tensor:
@@ -180,15 +167,15 @@ def while_grad(state: GradState, w: WhileContext, inputs: list[Tensor],
         gt = grads[len(bins) + len(cins):]
         new_dv = []
         for k, gv, b in zip(diff, gb, bins):
-            with colocated_on(_home(w.enters[k])):
+            with on_device(g, _home(w.enters[k])):
                 new_dv.append(gv if gv is not None else _zeros_like(b))
         new_acc = []
         for ce, a, gv in zip(consts, accs, gc):
-            with colocated_on(_home(ce)):       # accumulate where the constant lives
+            with on_device(g, _home(ce)):       # accumulate where the constant lives
                 new_acc.append(a + gv if gv is not None else a)
         new_tacc = []
         for t, a, gv in zip(targets, taccs, gt):
-            with colocated_on(t.op.device):
+            with on_device(g, t.op.device):
                 new_tacc.append(a + gv if gv is not None else a)
         pushes = getattr(g._ctx.while_ctx, "extra_pushes", [])
         if pushes:
@@ -222,11 +209,6 @@ def while_grad(state: GradState, w: WhileContext, inputs: list[Tensor],
     for ce, gv in zip(consts, acc):
         in_grads[n_vars + w.const_enters.index(ce)] = gv
     return in_grads, dict(zip(targets, tacc))
-
-
-def colocated_on(device: str) -> Any:
-    g = get_default_graph()
-    return g.device(device) if device else contextlib.nullcontext()
 
 
 def _home(enter: Operation) -> str:

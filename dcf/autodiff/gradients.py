@@ -122,13 +122,16 @@ def _resolve_x(x: Any) -> list[Tensor]:
             and op.inputs[0] in handles]
 
 
+def on_device(graph: Graph, device: str) -> Any:
+    """A device scope for `device`, or no scope when it is "" (unplaced)."""
+    return graph.device(device) if device else contextlib.nullcontext()
+
+
 def colocated(op: Operation) -> Any:
     """A device scope naming `op`'s device when the op names one: gradient ops (and the
     sums of gradients reaching an op's outputs) are built where the forward op runs,
     as TF's colocate_gradients_with_ops, whatever scope gradients() was called in."""
-    if op.device:
-        return op.graph.device(op.device)
-    return contextlib.nullcontext()
+    return on_device(op.graph, op.device)
 
 
 def sum_grads(parts: list[Tensor]) -> Tensor:
