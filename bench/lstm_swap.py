@@ -232,6 +232,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--swap-all-lengths", default="100,500",
                     help="lengths also run with swap_threshold=0 (every saved value swaps)")
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--swap-first", action="store_true",
+                    help="measure dcf with swapping before dcf without (order effects)")
     ap.add_argument("--png", default=None, help="plot file (default: next to --out)")
     ap.add_argument("--time-budget", type=float, default=None,
                     help="seconds; later measurements are skipped past it (results so far "
@@ -354,8 +356,9 @@ def main(argv: list[str] | None = None) -> dict:
                 torch.cuda.set_per_process_memory_fraction(1.0)
 
     try:
-        run_dcf("dcf", False, args.swap_threshold)
-        run_dcf("dcf swap", True, args.swap_threshold)
+        order = [("dcf", False), ("dcf swap", True)]
+        for name, swap in (order[::-1] if args.swap_first else order):
+            run_dcf(name, swap, args.swap_threshold)
         if swap_all:
             run_dcf("dcf swap all", True, 0.0, swap_all)
         if not args.no_torch:

@@ -18,6 +18,7 @@ import numpy as np
 from dcf import dtypes
 from dcf.errors import InvalidArgumentError
 from dcf.graph import Tensor, TensorType
+from dcf.ops.gpu_kernels import concat_gpu, split_gpu
 from dcf.ops.registry import (
     OpDef,
     RegisterGradient,
@@ -580,7 +581,7 @@ def _bind_concat(xp, *, axis):
     return concat
 
 
-register(OpDef("ConcatV2", infer=_concat_infer, kernel=_concat))
+register(OpDef("ConcatV2", infer=_concat_infer, kernel=_concat, gpu_kernel=concat_gpu(_concat)))
 
 
 @_gradient("ConcatV2")
@@ -758,7 +759,7 @@ def _bind_split(xp, *, sizes, num, axis):
     return split
 
 
-register(OpDef("SplitV", infer=_split_infer, kernel=_split))
+register(OpDef("SplitV", infer=_split_infer, kernel=_split, gpu_kernel=split_gpu(_split)))
 
 
 @RegisterGradient("SplitV")

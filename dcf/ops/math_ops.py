@@ -43,6 +43,7 @@ from dcf.ops.array_ops import (
     strided_slice,
     zeros_like,
 )
+from dcf.ops.gpu_kernels import sum_gpu
 from dcf.ops.registry import (
     OpDef,
     RegisterGradient,
@@ -938,7 +939,9 @@ _REDUCE = [
 ]
 # fmt: on
 for _type, _method, _rule in _REDUCE:
-    register(OpDef(_type, infer=_reduce_infer, kernel=_reducer(_method, _rule)))
+    _k = _reducer(_method, _rule)
+    register(OpDef(_type, infer=_reduce_infer, kernel=_k,
+                   gpu_kernel=sum_gpu(_k) if _type == "Sum" else None))
 
 
 def _axis_arg(op) -> Any:

@@ -168,17 +168,30 @@ def _gates_grad(xp, c, acts, c_new, dc, dh):
 # One cupy ElementwiseKernel per direction instead of ~12 launches of slices, tanh and
 # concatenate. Same formulas (sigmoid as 0.5 * tanh(0.5 x) + 0.5) as the kernels above.
 _CUDA_SIG = "(T)0.5 * tanh((T)0.5 * ({0})) + (T)0.5"
-_GATES_CUDA = f"""
+_GATES_CUDA = """
     const ptrdiff_t b = i / u, k = i - b * u, base = b * 4 * u + k;
-    const T ig = {_CUDA_SIG.format("z[base]")};
-    const T jg = tanh(z[base + u]);
-    const T fg = {_CUDA_SIG.format("z[base + 2 * u] + fb")};
-    const T og = {_CUDA_SIG.format("z[base + 3 * u]")};
+    const T ig = {sig_i};
+    const T jg = tanh({z_j});
+    const T fg = {sig_f};
+    const T og = {sig_o};
     const T cn = c * fg + ig * jg;
     c_new = cn;
     h_new = tanh(cn) * og;
     acts[base] = ig; acts[base + u] = jg; acts[base + 2 * u] = fg; acts[base + 3 * u] = og;
 """
+# the pre-activation of gate g (0..3): z alone, z plus a [4u] bias row, or z plus an
+# addend shaped like z
+_Z = {"": "z[base + {g} * u]", "row": "(z[base + {g} * u] + bias[k + {g} * u])",
+      "full": "(z[base + {g} * u] + bias[base + {g} * u])"}
+
+
+def _gates_source(addend: str) -> str:
+    zg = [_Z[addend].format(g=g) for g in range(4)]
+    return _GATES_CUDA.format(sig_i=_CUDA_SIG.format(zg[0]), z_j=zg[1],
+                              sig_f=_CUDA_SIG.format(zg[2] + " + fb"),
+                              sig_o=_CUDA_SIG.format(zg[3]))
+
+
 _GATES_GRAD_CUDA = """
     const ptrdiff_t b = i / u, k = i - b * u, base = b * 4 * u + k;
     const T ig = acts[base], jg = acts[base + u], fg = acts[base + 2 * u], og = acts[base + 3 * u];
@@ -196,32 +209,57 @@ _cuda_kernels: dict = {}
 def _cuda_kernel(xp, which: str):
     k = _cuda_kernels.get(which)
     if k is None:
-        if which == "fwd":
-            k = xp.ElementwiseKernel("raw T z, T c, T fb, int64 u", "T c_new, T h_new, raw T acts",
-                                     _GATES_CUDA, "dcf_lstm_gates")
-        else:
+        if which == "bwd":
             k = xp.ElementwiseKernel("T c, raw T acts, T c_new, T dc, T dh, int64 u",
                                      "raw T dz, T dc_prev", _GATES_GRAD_CUDA,
                                      "dcf_lstm_gates_grad")
+        else:   # "fwd", "fwd_row", "fwd_full": see _Z
+            addend = which[4:]
+            k = xp.ElementwiseKernel(
+                "raw T z, T c, T fb, int64 u" + (", raw T bias" if addend else ""),
+                "T c_new, T h_new, raw T acts", _gates_source(addend),
+                "dcf_lstm_gates" + (f"_{addend}" if addend else ""))
         _cuda_kernels[which] = k
     return k
 
 
 def _fusable(xp, *arrays) -> bool:
-    return hasattr(xp, "ElementwiseKernel") and all(
-        getattr(a, "ndim", 0) == 2 and a.dtype.kind == "f" and a.dtype.itemsize >= 4
-        for a in arrays)
+    nd = getattr(xp, "ndarray", None)
+    if not hasattr(xp, "ElementwiseKernel"):
+        return False
+    for a in arrays:
+        if type(a) is not nd or a.ndim != 2 or a.dtype.kind != "f" or a.dtype.itemsize < 4:
+            return False
+    return True
 
 
 def _gates_gpu(xp, z, c, b=None, *, forget_bias):
     if not _fusable(xp, z, c) or z.dtype != c.dtype:
         return _gates(xp, z, c, b, forget_bias=forget_bias)
-    # the addend first (one add, as the generic kernel does), then the fused gates
-    z = xp.ascontiguousarray(z) if b is None else z + b
+    u = c.shape[1]
+    if z.shape[1] != 4 * u or z.shape[0] != c.shape[0]:
+        return _gates(xp, z, c, b, forget_bias=forget_bias)
+    if not z.flags.c_contiguous:
+        z = xp.ascontiguousarray(z)
     c_new = xp.empty(c.shape, c.dtype)
     h_new = xp.empty(c.shape, c.dtype)
     acts = xp.empty(z.shape, z.dtype)
-    _cuda_kernel(xp, "fwd")(z, c, z.dtype.type(forget_bias), c.shape[1], c_new, h_new, acts)
+    fb = z.dtype.type(forget_bias)
+    if b is None:
+        _cuda_kernel(xp, "fwd")(z, c, fb, u, c_new, h_new, acts)
+        return c_new, h_new, acts
+    # the addend inside the kernel (one launch, no z + b temporary), as a row or full
+    if type(b) is not type(z) or b.dtype != z.dtype:
+        return _gates(xp, z, c, b, forget_bias=forget_bias)
+    if b.shape == (4 * u,):
+        which = "fwd_row"
+    elif b.shape == z.shape:
+        which = "fwd_full"
+    else:
+        return _gates(xp, z, c, b, forget_bias=forget_bias)
+    if not b.flags.c_contiguous:
+        b = xp.ascontiguousarray(b)
+    _cuda_kernel(xp, which)(z, c, fb, u, b, c_new, h_new, acts)
     return c_new, h_new, acts
 
 
@@ -229,7 +267,8 @@ def _gates_grad_gpu(xp, c, acts, c_new, dc, dh):
     if not _fusable(xp, c, acts, c_new) or getattr(dc, "ndim", 0) != 2 or \
             getattr(dh, "ndim", 0) != 2:
         return _gates_grad(xp, c, acts, c_new, dc, dh)
-    acts = xp.ascontiguousarray(acts)
+    if not acts.flags.c_contiguous:
+        acts = xp.ascontiguousarray(acts)
     dz = xp.empty(acts.shape, acts.dtype)
     dc_prev = xp.empty(c.shape, c.dtype)
     _cuda_kernel(xp, "bwd")(c, acts, c_new, dc, dh, c.shape[1], dz, dc_prev)

@@ -1,0 +1,118 @@
+"""GPU bodies of a few ops whose generic (`xp = cupy`) bodies cost the host far more
+than the GPU work they start.
+
+On a GPU the host's cost per op is what limits a step of small kernels (see
+bench/NOTES.md, "GPU, session 3"): measured on an H200 host inside an LSTM training
+step, `cupy.concatenate` of two [256, 1024] arrays took 34-45 us of host time, a
+column `sum` 31-38 us, `cupy.split` (views only) 11 us. Here:
+
+- concatenation of C-contiguous arrays is one strided device-to-device copy per input
+  (`cudaMemcpy2DAsync` on the current stream) into one new array;
+- a sum over the rows of a wide C-contiguous matrix (an LSTM's bias gradient) is one
+  elementwise kernel, a thread per column adding the rows in order in double (float32)
+  or the input type (float64);
+- a split returns basic-slicing views directly.
+
+Each falls back to the generic body for anything else (other layouts, dtypes or
+axes, and the test stand-in for cupy, which has no `memcpy2DAsync`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["concat_gpu", "sum_gpu", "split_gpu"]
+
+_D2D = 3   # cudaMemcpyDeviceToDevice
+
+
+def concat_gpu(generic: Any) -> Any:
+    def concat(xp, *xs, axis):
+        rt = getattr(getattr(xp, "cuda", None), "runtime", None)
+        first = xs[0]
+        nd = xp.ndarray
+        if rt is None or not hasattr(rt, "memcpy2DAsync") or type(first) is not nd:
+            return generic(xp, *xs, axis=axis)
+        r = first.ndim
+        a = axis + r if axis < 0 else axis
+        dt = first.dtype
+        if r == 0 or not 0 <= a < r:
+            return generic(xp, *xs, axis=axis)
+        lead, tail = first.shape[:a], first.shape[a + 1:]
+        total = 0
+        for x in xs:
+            if type(x) is not nd or x.dtype != dt or x.ndim != r or \
+                    not x.flags.c_contiguous or x.shape[:a] != lead or x.shape[a + 1:] != tail:
+                return generic(xp, *xs, axis=axis)
+            total += x.shape[a]
+        out = xp.empty(lead + (total,) + tail, dt)
+        rows = 1
+        for d in lead:
+            rows *= d
+        inner = dt.itemsize
+        for d in tail:
+            inner *= d
+        pitch = total * inner
+        if rows == 0 or pitch == 0:
+            return out
+        stream = xp.cuda.get_current_stream().ptr
+        copy = rt.memcpy2DAsync
+        dst, off = out.data.ptr, 0
+        for x in xs:
+            width = x.shape[a] * inner
+            if width:
+                copy(dst + off, pitch, x.data.ptr, width, width, rows, _D2D, stream)
+                off += width
+        return out
+    return concat
+
+
+_COLSUM = {}
+
+
+def _colsum_kernel(xp, dtype: Any) -> Any:
+    k = _COLSUM.get(dtype.char)
+    if k is None:
+        k = xp.ElementwiseKernel(
+            "raw T x, int64 rows, int64 cols", "T y",
+            "double s = 0; for (ptrdiff_t r = 0; r < rows; ++r) s += x[r * cols + i]; "
+            "y = (T)s;", f"dcf_colsum_{dtype.char}")
+        _COLSUM[dtype.char] = k
+    return k
+
+
+def sum_gpu(generic: Any) -> Any:
+    def sum_(xp, x, *dyn, axis, keepdims):
+        if dyn:
+            d = dyn[0]
+            ax = int(d) if getattr(d, "ndim", 1) == 0 else tuple(int(v) for v in d.tolist())
+        else:
+            ax = axis
+        if isinstance(ax, (tuple, list)) and len(ax) == 1:
+            ax = ax[0]
+        if (ax == 0 or ax == -2) and type(x) is xp.ndarray and x.ndim == 2 and \
+                x.dtype.kind == "f" and x.dtype.itemsize >= 4 and x.flags.c_contiguous and \
+                x.shape[1] >= 512 and x.shape[0] and hasattr(xp, "ElementwiseKernel"):
+            rows, cols = x.shape
+            y = xp.empty((cols,), x.dtype)
+            _colsum_kernel(xp, x.dtype)(x, rows, cols, y)
+            return y.reshape(1, cols) if keepdims else y
+        return generic(xp, x, *dyn, axis=axis, keepdims=keepdims)
+    return sum_
+
+
+def split_gpu(generic: Any) -> Any:
+    def split(xp, x, *dyn, sizes, num, axis):
+        if sizes is None or dyn or type(x) is not xp.ndarray or num < 2 or -1 in sizes:
+            return generic(xp, x, *dyn, sizes=sizes, num=num, axis=axis)
+        a = axis + x.ndim if axis < 0 else axis
+        if not 0 <= a < x.ndim or sum(sizes) != x.shape[a] or min(sizes) < 0 or \
+                len(sizes) != num:
+            return generic(xp, x, *dyn, sizes=sizes, num=num, axis=axis)
+        head = (slice(None),) * a
+        out, start = [], 0
+        for s in sizes:
+            out.append(x[head + (slice(start, start + s),)])
+            start += s
+        return tuple(out)
+    return split

@@ -1,0 +1,122 @@
+"""The GPU-only bodies of dcf/ops/gpu_kernels.py and the fused LSTM gates with an
+addend, at sizes and layouts that take those paths (and some that fall back), against
+numpy on the host. Under DCF_FAKE_GPUS the generic bodies run (no memcpy2DAsync or
+ElementwiseKernel there), so these equalities hold in both cases."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import dcf
+from dcf.ops.rnn_ops import lstm_gates
+
+
+def _run(build, feeds):
+    g = dcf.Graph()
+    with g.as_default(), dcf.device("/gpu:0"):
+        phs = [dcf.placeholder(dcf.as_dtype(v.dtype), v.shape) for v in feeds]
+        outs = build(*phs)
+    with dcf.Session(g) as s:
+        return s.run(outs, dict(zip(phs, feeds)))
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_concat_of_device_arrays_equals_numpy(dt, axis):
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((6, 5, 3)).astype(dt)
+    b = rng.standard_normal((6, 5, 3)).astype(dt)
+    c = rng.standard_normal((6, 5, 3)).astype(dt)
+    got = _run(lambda x, y, z: [dcf.concat([x, y, z], axis=axis),
+                                dcf.concat([x, dcf.transpose(y, [0, 1, 2]) * 2.0], axis=axis)],
+               [a, b, c])
+    np.testing.assert_array_equal(got[0], np.concatenate([a, b, c], axis=axis))
+    np.testing.assert_array_equal(got[1], np.concatenate([a, b * 2], axis=axis))
+
+
+def test_concat_with_an_empty_input_and_of_lstm_sized_matrices():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((256, 1024)).astype(np.float32)
+    h = rng.standard_normal((256, 512)).astype(np.float32)
+    e = np.zeros((256, 0), np.float32)
+    got = _run(lambda p, q, r: [dcf.concat([p, q], 1), dcf.concat([p, r, q], 1),
+                                dcf.concat([p[:, :100], q], 1)], [x, h, e])
+    np.testing.assert_array_equal(got[0], np.concatenate([x, h], 1))
+    np.testing.assert_array_equal(got[1], np.concatenate([x, h], 1))
+    np.testing.assert_array_equal(got[2], np.concatenate([x[:, :100], h], 1))
+
+
+@pytest.mark.parametrize("shape", [(256, 4096), (3, 512), (1000, 600), (7, 100)])
+@pytest.mark.parametrize("keepdims", [False, True])
+def test_sum_over_rows_equals_float64_numpy(shape, keepdims):
+    x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
+    got = _run(lambda p: [dcf.reduce_sum(p, axis=0, keepdims=keepdims),
+                          dcf.reduce_sum(p, axis=[0]), dcf.reduce_sum(p, axis=-2),
+                          dcf.reduce_sum(p, axis=1)], [x])
+    x64 = x.astype(np.float64)
+    want0 = x64.sum(0)
+
+    def close(got_, want, scale):   # float32 summation error bound: ~eps log2(n) sum|x|
+        assert got_.dtype == np.float32 and got_.shape == want.shape
+        assert np.all(np.abs(got_ - want) <= 2e-6 * scale + 1e-30), (got_, want)
+
+    close(got[0], want0.reshape(1, -1) if keepdims else want0,
+          np.abs(x64).sum(0, keepdims=keepdims))
+    close(got[1], want0, np.abs(x64).sum(0))
+    close(got[2], want0, np.abs(x64).sum(0))
+    close(got[3], x64.sum(1), np.abs(x64).sum(1))
+
+
+def test_bias_gradient_of_a_wide_layer_equals_numpy():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((64, 32)).astype(np.float64)
+    w = rng.standard_normal((32, 1024)).astype(np.float64)
+    b = rng.standard_normal(1024).astype(np.float64)
+    g = dcf.Graph()
+    with g.as_default(), dcf.device("/gpu:0"):
+        xv = dcf.constant(x)
+        wv, bv = dcf.Variable(w), dcf.Variable(b)
+        loss = dcf.reduce_sum(dcf.tanh(dcf.matmul(xv, wv) + bv))
+        db, = dcf.gradients(loss, [bv])
+        init = dcf.global_variables_initializer()
+    with dcf.Session(g) as s:
+        s.run(init)
+        got = s.run(db)
+    np.testing.assert_allclose(got, (1 - np.tanh(x @ w + b) ** 2).sum(0), rtol=1e-12)
+
+
+@pytest.mark.parametrize("sizes,axis", [((3, 5, 2), 1), ((2, 2), 0), ((1, 0, 9), 1)])
+def test_split_views_equal_numpy(sizes, axis):
+    x = np.random.default_rng(4).standard_normal((4, 10, 3) if axis else (4, 6)).astype(
+        np.float32)
+    if not axis:
+        x = x[:4]
+    got = _run(lambda p: [o * 1.0 for o in dcf.split(p, list(sizes), axis=axis)], [x])
+    cuts = np.cumsum(sizes)[:-1]
+    for g_, w in zip(got, np.split(x, cuts, axis=axis)):
+        np.testing.assert_array_equal(g_, w)
+
+
+def _gates_numpy(z, c, fb):
+    u = c.shape[1]
+    sig = lambda v: 1 / (1 + np.exp(-v))   # noqa: E731
+    i, j, f, o = (z[:, k * u:(k + 1) * u] for k in range(4))
+    cn = c * sig(f + fb) + sig(i) * np.tanh(j)
+    return cn, np.tanh(cn) * sig(o)
+
+
+@pytest.mark.parametrize("addend", ["none", "row", "full"])
+def test_fused_gates_with_an_addend_equal_numpy(addend):
+    rng = np.random.default_rng(5)
+    n, u = 8, 64
+    z = rng.standard_normal((n, 4 * u))
+    c = rng.standard_normal((n, u))
+    b = {"none": None, "row": rng.standard_normal(4 * u),
+         "full": rng.standard_normal((n, 4 * u))}[addend]
+    feeds = [z, c] + ([] if b is None else [b])
+    got = _run(lambda *p: list(lstm_gates(p[0], p[1], forget_bias=1.0,
+                                          b=p[2] if len(p) > 2 else None)), feeds)
+    want = _gates_numpy(z if b is None else z + b, c, 1.0)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-12, atol=1e-12)
