@@ -36,6 +36,8 @@ _INLINE = {
     "Less": "({0} < {1})", "LessEqual": "({0} <= {1})", "Greater": "({0} > {1})",
     "GreaterEqual": "({0} >= {1})", "LogicalAnd": "({0} & {1})", "LogicalOr": "({0} | {1})",
 }
+# Kernels whose output is their input: in known-guard code their readers read the input.
+_ALIAS = {"Identity", "StopGradient", "LoopCond"}
 _counter = itertools.count()
 _INT0, _INT1 = np.int32(0), np.int32(1)
 
@@ -138,6 +140,14 @@ class _Codegen:
         self.node_dead: dict[int, str | None] = {}
         self.fuse_root: dict[int, tuple] = {}   # elementwise GPU trees (one kernel each)
         self.fuse_skip: set[int] = set()
+        self.vguard: dict[tuple, tuple | None] = {}   # value -> guard (see analyze)
+        self.nguard: dict[int, tuple | None] = {}     # node -> guard of its firing
+        self.alias: dict[tuple, str] = {}             # value -> variable it shares
+        self.alias_src: dict[tuple, tuple] = {}       # value -> the value it shares
+        self.pos: dict[Any, int] = {}                 # node -> position in its scope
+        self._pos = 0
+        self.esc_val: set[tuple] = set()              # known values run-time readers read
+        self.esc_flag: set[int] = set()               # known nodes whose dead flag is read
 
     def plan_fusion(self, f: FrameInfo) -> None:
         gpu_of = self.cf.plan.gpu_of
@@ -201,11 +211,8 @@ class _Codegen:
         for ref in self.cf.feeds:
             self.emit(1, f"v{ref.id}_0 = _feeds[{ref.id[1:]}]")
         self.plan_fusion(root)
-        for item in self.order(root, []):
-            if isinstance(item, FrameInfo):
-                self.child_block(item, 1)
-            else:
-                self.node(item, 1, "_root_it")
+        self.scope(self.order(root, []), 1, "_root_it", None,
+                   reads=list(self.cf.plan.fetch_refs))
         outs = [self.val(n, k) for n, k in self.cf.plan.fetch_refs]
         self.emit(1, "return [" + ", ".join(outs) + "]")
         src = "\n".join(self.lines)
@@ -225,6 +232,7 @@ class _Codegen:
             if e.is_constant:
                 self.emit(d, f"v{e.id}_0 = {expr}")
                 self.mayd[(e.id, 0)] = entry_dead
+                self.vguard[(e.id, 0)] = None if entry_dead else ()
                 self.node_dead[e.id] = f"(v{e.id}_0 is DEAD)" if entry_dead else None
             else:
                 for edges in e.outs:
@@ -250,35 +258,13 @@ class _Codegen:
         for m in loop_merges:
             self.mayd[(m.id, 0)] = entry_dead
             self.mayd[(m.id, 1)] = False
+            self.vguard[(m.id, 0)] = None if entry_dead else ()
+            self.vguard[(m.id, 1)] = ()
             self.node_dead[m.id] = f"(v{m.id}_0 is DEAD)" if entry_dead else None
             self.emit(b, f"v{m.id}_0 = m{m.id}")
             self.emit(b, f"v{m.id}_1 = _I1 if {itv} else _I0")
         nexts: list[tuple[NodeInfo, NodeInfo]] = []
-        for item in self.order(f, loop_merges):
-            if isinstance(item, FrameInfo):
-                self.child_block(item, b)
-                continue
-            n = item
-            if n.kind == Kind.NEXT_ITERATION:
-                src, k = self.inputs(n)[0]
-                ctl = [self.node_dead.get(c.id) for c in self.controls(n)]
-                ctl = [c for c in ctl if c]
-                if ctl:  # a dead control input (the exit iteration's pivot) stops it too
-                    self.emit(b, f"n{n.id} = DEAD if ({' or '.join(ctl)}) else "
-                                 f"{self.val(src, k)}")
-                else:
-                    self.emit(b, f"n{n.id} = {self.val(src, k)}")
-                merge = next(dst for edges in n.outs for dst, _, _ in edges)
-                nexts.append((n, merge))
-            elif n.kind == Kind.EXIT:
-                src, k = self.inputs(n)[0]
-                v = self.val(src, k)
-                if self.mayd.get((src.id, k), False):
-                    self.emit(b, f"if x{n.id} is DEAD and {v} is not DEAD: x{n.id} = {v}")
-                else:
-                    self.emit(b, f"if x{n.id} is DEAD: x{n.id} = {v}")
-            else:
-                self.node(n, b, itv)
+        self.scope(self.order(f, loop_merges), b, itv, nexts)
         if not nexts:
             raise _NotCompilable(f"frame {f.name} has no NextIteration here")
         alive = " or ".join(f"n{n.id} is not DEAD" for n, _ in nexts)
@@ -385,6 +371,396 @@ class _Codegen:
                 raise _NotCompilable(f"cycle in frame {f.name}")
         return out
 
+    # ---------------------------------------------------------------- guards
+    # A value's guard says exactly when it is live: a conjunction of literals
+    # (pos, name, polarity), "the predicate held in variable `name` is true/false",
+    # sorted by the predicate's position in the scope (so every literal's own
+    # predicate is evaluated under the literals before it). () = always live;
+    # None = unknown, decided at run time by testing for DEAD as before.
+    # Nodes whose guards are known are emitted inside `if <literal>:` blocks
+    # and test nothing, so a branch that is not taken costs one test however
+    # many ops it holds; only values that a run-time reader needs (a fetch, an
+    # Exit, a NextIteration, a node whose guard is unknown) are set to DEAD in
+    # the block's `else:`.
+
+    def gget(self, src: Any, k: int) -> tuple | None:
+        key = (src.id, k)
+        if key in self.vguard:
+            return self.vguard[key]
+        return None if self.mayd.get(key, False) else ()
+
+    def ngget(self, c: NodeInfo) -> tuple | None:
+        if c.id in self.nguard:
+            return self.nguard[c.id]
+        return None if self.node_dead.get(c.id) else ()
+
+    def kval(self, src: Any, k: int) -> str:
+        """The variable holding (src, k) for a reader that runs only where it is live."""
+        return self.alias.get((src.id, k)) or self.val(src, k)
+
+    def rt_read(self, src: Any, k: int) -> None:
+        """A run-time reader (tests for DEAD) reads (src, k): it must be materialized."""
+        g = self.gget(src, k)
+        if g is not None and (g or (src.id, k) in self.alias):
+            self.esc_val.add((src.id, k))
+
+    def rt_ctrl(self, c: NodeInfo) -> None:
+        g = self.ngget(c)
+        if g:
+            self.esc_flag.add(c.id)
+
+    @staticmethod
+    def union(*gs: tuple) -> tuple:
+        out: set = set()
+        for g in gs:
+            out.update(g)
+        return tuple(sorted(out))
+
+    @staticmethod
+    def lit_expr(lits: Any) -> str:
+        return " and ".join(name if pol else f"not {name}" for _, name, pol in lits)
+
+    def set_known(self, n: NodeInfo, g: tuple, n_out: int) -> None:
+        for k in range(n_out):
+            self.vguard[(n.id, k)] = g
+            self.mayd[(n.id, k)] = bool(g)
+        self.nguard[n.id] = g
+        self.node_dead[n.id] = f"d{n.id}" if g else None
+
+    def analyze(self, items: list, nexts: list | None) -> list:
+        """Pass 1 over one scope: decide each item's mode ('known' with a guard, or
+        'rt'), set guards, and mark the values run-time readers need."""
+        plan: list = []
+        for item in items:
+            pos = self._pos = self._pos + 1
+            if isinstance(item, FrameInfo):
+                plan.append(self.analyze_frame(item, pos))
+                continue
+            n = item
+            if n.kind in (Kind.NEXT_ITERATION, Kind.EXIT):
+                src, k = self.inputs(n)[0]
+                self.rt_read(src, k)
+                for c in self.controls(n):
+                    self.rt_ctrl(c)
+                plan.append(("rt", n, None))
+                continue
+            grp = self.fuse_root.get(n.id)
+            ins = grp[1] if grp is not None else self.inputs(n)
+            gs = [self.gget(src, k) for src, k in ins]
+            cgs = [self.ngget(c) for c in self.controls(n)]
+            known = all(g is not None for g in gs + cgs)
+            if n.id in self.fuse_skip:
+                g = self.union(*gs, *cgs) if known else None
+                self.vguard[(n.id, 0)] = g
+                self.nguard[n.id] = g
+                plan.append(("skip", n, None))
+                continue
+            if known and n.kind == Kind.SWITCH:
+                (dsrc, dk), (psrc, pk) = ins
+                g = self.union(*gs, *cgs)
+                name = self.kval(psrc, pk)
+                ppos = self.pos.get(self.alias_src.get((psrc.id, pk), (psrc.id, pk))[0], -1)
+                for k, pol in ((0, False), (1, True)):
+                    self.vguard[(n.id, k)] = self.union(g, ((ppos, name, pol),))
+                    self.mayd[(n.id, k)] = True
+                    self.alias[(n.id, k)] = self.kval(dsrc, dk)
+                    self.alias_src[(n.id, k)] = self.alias_src.get((dsrc.id, dk),
+                                                                   (dsrc.id, dk))
+                self.nguard[n.id] = g
+                self.node_dead[n.id] = f"d{n.id}" if g else None
+                self.pos[n.id] = pos
+                plan.append(("switch", n, g))
+                continue
+            if known and n.kind == Kind.MERGE:
+                c = self.merge_guard(gs)
+                if c is not None:
+                    self.set_known(n, c, 2)
+                    self.pos[n.id] = pos
+                    plan.append(("merge", n, (c, gs)))
+                    continue
+            if known and n.kind == Kind.TRIGGER:
+                self.nguard[n.id] = ()
+                self.node_dead[n.id] = None
+                plan.append(("skip", n, None))
+                continue
+            if known and n.kind == Kind.KERNEL:
+                g = self.union(*gs, *cgs)
+                self.set_known(n, g, n.n_out)
+                self.pos[n.id] = pos
+                if n.type in _ALIAS and n.n_out == 1 and grp is None and \
+                        self.cf.plan.xp is np and n.id not in self.cf.plan.gpu_of:
+                    src, k = ins[0]
+                    self.alias[(n.id, 0)] = self.kval(src, k)
+                    self.alias_src[(n.id, 0)] = self.alias_src.get((src.id, k), (src.id, k))
+                plan.append(("kernel", n, g))
+                continue
+            # run time: exactly the tests of node()
+            for src, k in ins:
+                self.rt_read(src, k)
+            for c in self.controls(n):
+                self.rt_ctrl(c)
+            md = any(self.mayd.get((src.id, k), False) for src, k in ins) or \
+                any(self.node_dead.get(c.id) for c in self.controls(n))
+            for k in range(n.n_out):
+                self.vguard[(n.id, k)] = None
+            self.nguard[n.id] = None
+            if n.kind == Kind.SWITCH:
+                self.mayd[(n.id, 0)] = self.mayd[(n.id, 1)] = True
+                self.node_dead[n.id] = f"d{n.id}" if md else None
+            elif n.kind == Kind.MERGE:
+                all_dead = all(self.mayd.get((src.id, k), False) for src, k in ins)
+                self.mayd[(n.id, 0)] = all_dead
+                self.mayd[(n.id, 1)] = False
+                self.node_dead[n.id] = f"(v{n.id}_0 is DEAD)" if all_dead else None
+            elif n.kind == Kind.TRIGGER:
+                self.node_dead[n.id] = None
+            else:
+                for k in range(n.n_out):
+                    self.mayd[(n.id, k)] = md
+                self.node_dead[n.id] = f"d{n.id}" if md else None
+            plan.append(("rt", n, None))
+        return plan
+
+    def analyze_frame(self, g: FrameInfo, pos: int) -> tuple:
+        enters = [n for n in self.cf.plan.nodes if n.kind == Kind.ENTER and n.child is g]
+        ins = [self.inputs(e)[0] for e in enters]
+        gs = [self.gget(src, k) for src, k in ins]
+        cgs = [self.ngget(c) for e in enters for c in self.controls(e)]
+        exits = _all_exits(g)
+        if all(x is not None for x in gs + cgs):
+            u = self.union(*gs, *cgs)
+            if all(x == u for x in gs):
+                # every Enter live exactly where u holds: run the loop only there
+                for x in exits:
+                    self.set_known(x, u, 1)
+                    self.pos[x.id] = pos
+                return ("frame", g, u)
+        for src, k in ins:
+            self.rt_read(src, k)
+        for e in enters:
+            for c in self.controls(e):
+                self.rt_ctrl(c)
+        entry_dead = any(self.mayd.get((src.id, k), False) for src, k in ins)
+        for x in exits:
+            self.vguard[(x.id, 0)] = None
+            self.nguard[x.id] = None
+            self.mayd[(x.id, 0)] = entry_dead
+            self.node_dead[x.id] = f"(v{x.id}_0 is DEAD)"
+        return ("rtframe", g, None)
+
+    def merge_guard(self, gs: list) -> tuple | None:
+        """The guard of a Merge whose inputs' guards are `gs` (its output is live where
+        any input is), when that is one conjunction; None otherwise."""
+        terms = [frozenset(g) for g in gs if not _contradicts(g)]
+        if not terms:
+            return None
+        changed = True
+        while changed and len(terms) > 1:
+            changed = False
+            terms = list(dict.fromkeys(terms))
+            for i, a in enumerate(terms):
+                for j, b in enumerate(terms):
+                    if i == j:
+                        continue
+                    if a <= b:                         # b adds nothing to a
+                        del terms[j]
+                        changed = True
+                        break
+                    diff = a ^ b
+                    if len(diff) == 2:
+                        x, y = diff
+                        if x[1] == y[1] and x[0] == y[0] and x[2] != y[2]:
+                            terms[i] = a & b           # (C and p) or (C and not p) = C
+                            del terms[j]
+                            changed = True
+                            break
+                if changed:
+                    break
+        return tuple(sorted(terms[0])) if len(terms) == 1 else None
+
+    def scope(self, items: list, d: int, itv: str, nexts: list | None,
+              reads: list = ()) -> None:
+        """Emit one scope (the root, or one iteration of a loop frame) at depth d."""
+        plan = self.analyze(items, nexts)
+        for src, k in reads:
+            self.rt_read(src, k)
+        stack: list = []     # open blocks: [literal, escapes, first line]
+        for what, n, info in plan:
+            if what == "skip":
+                continue
+            if what == "rt":
+                self.goto(stack, (), d)
+                if n.kind == Kind.NEXT_ITERATION:
+                    self.next_iteration(n, d, nexts)
+                elif n.kind == Kind.EXIT:
+                    self.exit_(n, d)
+                else:
+                    self.node(n, d, itv)
+                continue
+            if what == "rtframe":
+                self.goto(stack, (), d)
+                self.child_block(n, d)
+                continue
+            if what == "frame":
+                self.goto(stack, info, d)
+                e = d + len(stack)
+                g = n
+                enters = [x for x in self.cf.plan.nodes if x.kind == Kind.ENTER and x.child is g]
+                exprs = {x.id: self.kval(*self.inputs(x)[0]) for x in enters}
+                saved = {x.id: (self.mayd.get((x.id, 0)), self.node_dead.get(x.id))
+                         for x in _all_exits(g)}
+                exits = self.frame_loop(g, enters, e, exprs, False)
+                for x in exits:
+                    self.mayd[(x.id, 0)], self.node_dead[x.id] = saved[x.id]
+                    self.emit(e, f"v{x.id}_0 = x{x.id}")
+                    self.defined(stack, e, x, [0])
+                continue
+            if what == "switch":
+                ks = [k for k in (0, 1) if (n.id, k) in self.esc_val]
+                if not ks and n.id not in self.esc_flag:
+                    continue
+                self.goto(stack, info, d)
+                e = d + len(stack)
+                (dsrc, dk), (psrc, pk) = self.inputs(n)
+                data, pred = self.kval(dsrc, dk), self.kval(psrc, pk)
+                for k in ks:
+                    self.emit(e, f"v{n.id}_{k} = {data} if {pred} else DEAD" if k else
+                              f"v{n.id}_{k} = DEAD if {pred} else {data}")
+                self.defined(stack, e, n, [])
+                for k in ks:
+                    if stack:
+                        self.esc_in_block(stack, f"v{n.id}_{k}", "DEAD")
+                continue
+            if what == "kernel" and (n.id, 0) in self.alias and \
+                    (n.id, 0) not in self.esc_val and n.id not in self.esc_flag:
+                continue            # an Identity nobody needs materialized
+            self.goto(stack, info[0] if what == "merge" else info, d)
+            e = d + len(stack)
+            if what == "merge":
+                self.known_merge(n, e, info)
+            else:
+                self.known_kernel(n, e, itv)
+            self.defined(stack, e, n, range(n.n_out if what == "kernel" else 2))
+        self.goto(stack, (), d)
+
+    def defined(self, stack: list, e: int, n: NodeInfo, ks: Any) -> None:
+        """Record the values node n defined inside the open blocks that run-time
+        readers need, and its dead flag."""
+        if n.id in self.esc_flag:
+            self.emit(e, f"d{n.id} = False")
+            if stack:
+                self.esc_in_block(stack, f"d{n.id}", "True")
+        for k in ks:
+            key = (n.id, k)
+            if key in self.esc_val:
+                if key in self.alias:
+                    self.emit(e, f"v{n.id}_{k} = {self.alias[key]}")
+                if stack:
+                    self.esc_in_block(stack, f"v{n.id}_{k}", "DEAD")
+
+    @staticmethod
+    def esc_in_block(stack: list, var: str, dead: str) -> None:
+        stack[-1][1].append((var, dead))
+
+    def goto(self, stack: list, g: tuple, d: int) -> None:
+        """Close and open `if` blocks so that the code emitted next runs where g holds."""
+        i = 0
+        while i < len(stack) and i < len(g) and stack[i][0] == g[i]:
+            i += 1
+        while len(stack) > i:
+            lit, esc, first = stack.pop()
+            e = d + len(stack)
+            if len(self.lines) == first:
+                self.emit(e + 1, "pass")
+            if esc:
+                self.emit(e, "else:")
+                self.emit(e + 1, "; ".join(f"{v} = {x}" for v, x in esc))
+                if stack:
+                    stack[-1][1].extend(esc)
+        for lit in g[i:]:
+            self.emit(d + len(stack), f"if {self.lit_expr([lit])}:")
+            stack.append([lit, [], len(self.lines)])
+
+    def known_kernel(self, n: NodeInfo, e: int, itv: str) -> None:
+        if (n.id, 0) in self.alias:
+            return              # an Identity: its readers read its input
+        grp = self.fuse_root.get(n.id)
+        ins = grp[1] if grp is not None else self.inputs(n)
+        args = [self.kval(src, k) for src, k in ins]
+        outs = [f"v{n.id}_{k}" for k in range(n.n_out)]
+        if n.type == "_ToHost":
+            self.env[f"f{n.id}"] = n.fn
+            self.emit(e, f"{outs[0]}, _ev = f{n.id}({args[0]})", n, itv)
+            self.emit(e, "if _ev is not None:")
+            self.emit(e + 1, "while not _ev.done: yield _ev")
+            self.emit(e + 1, f"if not {outs[0]}.ndim: {outs[0]} = {outs[0]}[()]")
+            return
+        call = self.call(n, grp, args)
+        if n.n_out == 0:
+            self.emit(e, call, n, itv)
+        else:
+            self.emit(e, f"{', '.join(outs)} = {call}", n, itv)
+
+    def known_merge(self, n: NodeInfo, e: int, info: tuple) -> None:
+        c, gs = info
+        cs = set(c)
+        out, idx = f"v{n.id}_0", f"v{n.id}_1"
+        cands = []
+        for j, (src, k) in enumerate(self.inputs(n)):
+            if _contradicts(gs[j]):
+                continue
+            rest = [lit for lit in gs[j] if lit not in cs]
+            cands.append((j, self.kval(src, k), rest))
+            if not rest:
+                break
+        for m, (j, v, rest) in enumerate(cands):
+            self.env[f"_I{j}"] = np.int32(j)
+            assign = f"{out} = {v}; {idx} = _I{j}"
+            if len(cands) == 1:
+                self.emit(e, assign)
+            elif m == len(cands) - 1:
+                self.emit(e, "else:")
+                self.emit(e + 1, assign)
+            else:
+                self.emit(e, f"{'if' if m == 0 else 'elif'} {self.lit_expr(rest)}:")
+                self.emit(e + 1, assign)
+
+    def call(self, n: NodeInfo, grp: Any, args: list) -> str:
+        if n.type == "Const" and not args:
+            self.env[f"_C{n.id}"] = n.fn()  # hoisted: the value never changes
+            return f"_C{n.id}"
+        if n.type in _INLINE and n.n_out == 1 and self.cf.plan.xp is np and \
+                n.id not in self.cf.plan.gpu_of:  # GPU: call fn (it picks device/stream)
+            return _INLINE[n.type].format(*args)
+        if grp is not None:
+            from dcf.elementwise_fusion import FusedElementwise
+
+            self.env[f"f{n.id}"] = FusedElementwise(self.cf.plan.gpu_of[n.id], grp[2],
+                                                    len(grp[1]), grp[3])
+        else:
+            self.env[f"f{n.id}"] = n.fn
+        return f"f{n.id}({', '.join(args)})"
+
+    def next_iteration(self, n: NodeInfo, b: int, nexts: list) -> None:
+        src, k = self.inputs(n)[0]
+        ctl = [self.node_dead.get(c.id) for c in self.controls(n)]
+        ctl = [c for c in ctl if c]
+        if ctl:  # a dead control input (the exit iteration's pivot) stops it too
+            self.emit(b, f"n{n.id} = DEAD if ({' or '.join(ctl)}) else "
+                         f"{self.val(src, k)}")
+        else:
+            self.emit(b, f"n{n.id} = {self.val(src, k)}")
+        merge = next(dst for edges in n.outs for dst, _, _ in edges)
+        nexts.append((n, merge))
+
+    def exit_(self, n: NodeInfo, b: int) -> None:
+        src, k = self.inputs(n)[0]
+        v = self.val(src, k)
+        if self.mayd.get((src.id, k), False):
+            self.emit(b, f"if x{n.id} is DEAD and {v} is not DEAD: x{n.id} = {v}")
+        else:
+            self.emit(b, f"if x{n.id} is DEAD: x{n.id} = {v}")
+
     def node(self, n: NodeInfo, d: int, itv: str) -> None:
         if n.id in self.fuse_skip:
             return       # computed inside the fused kernel of its consumer
@@ -428,10 +804,11 @@ class _Codegen:
                 src, k = ins[j]
                 if self.mayd.get((src.id, k), False):
                     chain = f"({a} if {a} is not DEAD else {chain})"
-                    idx = f"(np.int32({j}) if {a} is not DEAD else {idx})"
+                    idx = f"(_I{j} if {a} is not DEAD else {idx})"
                 else:
-                    chain, idx, all_dead = a, f"np.int32({j})", False
-            self.env["np"] = np
+                    chain, idx, all_dead = a, f"_I{j}", False
+            for j in range(len(args)):
+                self.env[f"_I{j}"] = np.int32(j)
             self.emit(d, f"{outs[0]} = {chain}; {outs[1]} = {idx}")
             self.mayd[(n.id, 0)] = all_dead
             self.mayd[(n.id, 1)] = False
@@ -458,21 +835,7 @@ class _Codegen:
             self.mayd[(n.id, 0)] = maybe_dead
             self.node_dead[n.id] = f"d{n.id}" if maybe_dead else None
             return
-        if n.type == "Const" and not args:
-            self.env[f"_C{n.id}"] = n.fn()  # hoisted: the value never changes
-            call = f"_C{n.id}"
-        elif n.type in _INLINE and n.n_out == 1 and self.cf.plan.xp is np and \
-                n.id not in self.cf.plan.gpu_of:  # GPU: call fn (it picks device/stream)
-            call = _INLINE[n.type].format(*args)
-        else:
-            if grp is not None:
-                from dcf.elementwise_fusion import FusedElementwise
-
-                self.env[f"f{n.id}"] = FusedElementwise(self.cf.plan.gpu_of[n.id], grp[2],
-                                                        len(grp[1]), grp[3])
-            else:
-                self.env[f"f{n.id}"] = n.fn
-            call = f"f{n.id}({', '.join(args)})"
+        call = self.call(n, grp, args)
         if n.n_out == 0:
             assign = call
         elif n.n_out == 1:
@@ -502,6 +865,15 @@ def _marker(gpus: list) -> Any:
             evs.append(g.record(g.compute))
         return evs
     return mark
+
+
+def _contradicts(g: tuple) -> bool:
+    """A guard that asks one predicate to be both true and false (never live)."""
+    seen: dict = {}
+    for _, name, pol in g:
+        if seen.setdefault(name, pol) != pol:
+            return True
+    return False
 
 
 def _all_exits(g: FrameInfo) -> list[NodeInfo]:
