@@ -60,20 +60,26 @@ def _bind_random_uniform(xp, *, shape, dtype, seed, minval, maxval, res, node_na
     a keyword partial of 8 attrs and the dtype dispatch on every call."""
     if shape is None or xp is not np or dtype is dtypes.float16:
         return None
-    shape, np_dt, rng_of = tuple(shape), dtype.np, res.rng
+    # the node's generator (the one res.rng keeps for the session), looked up once
+    shape, np_dt, gen = tuple(shape), dtype.np, res.rng(node_name, seed)
     if dtype.is_integer:
         lo, hi = minval, maxval
+        integers = gen.integers
+        if not shape:
+            # integers(..) without a size draws the same number from the same stream
+            # as size=() and returns the numpy scalar out[()] would: ~1 us, not ~7 us
+            return lambda: integers(lo, hi, dtype=np_dt)
 
         def uniform_int():
-            out = rng_of(node_name, seed).integers(lo, hi, size=shape, dtype=np_dt)
-            return out[()] if out.ndim == 0 else out
+            return integers(lo, hi, size=shape, dtype=np_dt)
 
         return uniform_int
     scaled = minval != 0 or maxval != 1
     width = maxval - minval
+    random = gen.random
 
     def uniform():
-        out = rng_of(node_name, seed).random(size=shape, dtype=np_dt)
+        out = random(size=shape, dtype=np_dt)
         if scaled:
             out = out * width + minval  # Python floats keep the array's dtype
         return out[()] if out.ndim == 0 else out
