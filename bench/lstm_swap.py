@@ -10,7 +10,10 @@ pool use passes `--swap-threshold` of the budget.
 
 Reported per system and sequence length: ms per loop iteration (step time / T; one
 iteration = one forward and one backward step), the device-memory high-water mark, and
-the longest sequence that fits. Peers in the same process on the same card and budget
+the longest sequence that fits. dcf without and with swapping are measured as a pair: at
+each length both are warmed up, then their timed runs alternate (A B B A A B ...), so
+drift of the host over the run falls on both alike (`--sequential`: one after the
+other, as before 2026-11-26c). Peers in the same process on the same card and budget
 (torch.cuda.set_per_process_memory_fraction): a hand-written PyTorch LSTM cell loop
 (eager), the same loop under torch.autograd.graph.save_on_cpu(pin_memory=True), and
 cuDNN's nn.LSTM.
@@ -84,30 +87,52 @@ def _is_oom(e: BaseException) -> bool:
     return type(e).__name__ in ("OutOfMemoryError",)
 
 
-def _measure(step, L: int, repeat: int, cpu: bool) -> tuple[Stats | None, int | None, str]:
-    """(stats per loop iteration, peak bytes, status) of `step()` at length L."""
+def _warm(step, cpu: bool) -> tuple[int | None, str]:
+    """Run `step()` once after freeing cached device memory: (peak bytes, status)."""
     try:
         G.release_device_memory()
         if cpu:
             step()
-            peak = None
-        else:
-            with G.gpu_device(0).peak_tracker() as t:
-                step()                           # warm-up; its live high-water mark
-            peak = t.peak
-        samples = []
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            step()
-            samples.append((time.perf_counter() - t0) / L)
-        return Stats.from_samples(samples), peak, "ok"
+            return None, "ok"
+        with G.gpu_device(0).peak_tracker() as t:
+            step()                           # warm-up; its live high-water mark
+        return t.peak, "ok"
     except Exception as e:
         if not _is_oom(e):
             raise
         msg = str(e).splitlines()[0][:200]
         del e
         G.release_device_memory()
-        return None, None, "OOM: " + msg
+        return None, "OOM: " + msg
+
+
+def _measure(step, L: int, repeat: int, cpu: bool) -> tuple[Stats | None, int | None, str]:
+    """(stats per loop iteration, peak bytes, status) of `step()` at length L."""
+    peak, status = _warm(step, cpu)
+    if status != "ok":
+        return None, None, status
+    samples = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        step()
+        samples.append((time.perf_counter() - t0) / L)
+    return Stats.from_samples(samples), peak, "ok"
+
+
+def _measure_paired(steps: dict, L: int, repeat: int, cpu: bool) -> dict:
+    """`_measure` for several systems at once, their timed runs interleaved (A B B A
+    A B ...), so that drift of the host or the card over a run falls on all of them
+    alike: {name: (stats, peak, status)}."""
+    warm = {n: _warm(f, cpu) for n, f in steps.items()}
+    live = [n for n, (_, st) in warm.items() if st == "ok"]
+    samples: dict = {n: [] for n in live}
+    for r in range(repeat):
+        for n in (live if r % 2 == 0 else live[::-1]):
+            t0 = time.perf_counter()
+            steps[n]()
+            samples[n].append((time.perf_counter() - t0) / L)
+    return {n: ((Stats.from_samples(samples[n]), peak, "ok") if n in samples
+                else (None, None, st)) for n, (peak, st) in warm.items()}
 
 
 # --------------------------------------------------------------------- torch
@@ -228,12 +253,15 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--budget", type=int, default=None, help="device-memory budget in bytes")
     ap.add_argument("--swap-threshold", type=float, default=0.5)
     ap.add_argument("--parallel-iterations", type=int, default=32)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=4)
     ap.add_argument("--swap-all-lengths", default="100,500",
                     help="lengths also run with swap_threshold=0 (every saved value swaps)")
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--sequential", action="store_true",
+                    help="measure dcf without swapping, then with (default: the two "
+                         "interleaved at each length)")
     ap.add_argument("--swap-first", action="store_true",
-                    help="measure dcf with swapping before dcf without (order effects)")
+                    help="with --sequential: measure with swapping first (order effects)")
     ap.add_argument("--png", default=None, help="plot file (default: next to --out)")
     ap.add_argument("--time-budget", type=float, default=None,
                     help="seconds; later measurements are skipped past it (results so far "
@@ -290,33 +318,56 @@ def main(argv: list[str] | None = None) -> dict:
 
     systems: dict[str, dict] = {}
 
-    def run_dcf(name: str, swap: bool, threshold: float, only: list[int] | None = None) -> None:
+    def run_dcf(names: dict, threshold: float, only: list[int] | None = None) -> None:
+        """Measure dcf with the given {name: swap_memory} models, interleaved per length."""
         cfg = dcf.SessionConfig(gpu_memory_limit=budget, swap_threshold=threshold)
-        m = DcfLSTM(dev, B, U, D, swap, args.parallel_iterations, cfg)
-        rows = systems.setdefault(name, {})
+        models = {n: DcfLSTM(dev, B, U, D, swap, args.parallel_iterations, cfg)
+                  for n, swap in names.items()}
+        moved: dict = {n: {} for n in models}     # swap counters, per model
+
+        def counted(n: str, step: Any) -> Any:
+            def run() -> Any:
+                before = dict(G.gpu_device(0).stats) if not cpu else {}
+                try:
+                    return step()
+                finally:
+                    if not cpu:
+                        after = G.gpu_device(0).stats
+                        for k in ("swap_out_bytes", "swap_in_bytes", "throttled"):
+                            moved[n][k] = moved[n].get(k, 0) + after.get(k, 0) - before.get(k, 0)
+            return run
+
         try:
             for L in lengths:
                 if only is not None and L not in only:
                     continue
-                if any(r[2] != "ok" for r in rows.values()):
-                    rows[L] = (None, None, "OOM (a shorter length failed)")
-                    continue
-                if out_of_time():
-                    config.setdefault("not_run", []).append(f"{name} L={L}")
+                todo = {}
+                for n, m in models.items():
+                    rows = systems.setdefault(n, {})
+                    if any(r[2] != "ok" for r in rows.values()):
+                        rows[L] = (None, None, "OOM (a shorter length failed)")
+                    elif out_of_time():
+                        config.setdefault("not_run", []).append(f"{n} L={L}")
+                    else:
+                        todo[n] = m
+                if not todo:
                     continue
                 xv = _input(L, B, D, cpu)
-                before = dict(G.gpu_device(0).stats) if not cpu else {}
-                rows[L] = _measure(functools.partial(m.step, xv), L, repeat, cpu)
-                if not cpu:
-                    after = G.gpu_device(0).stats
-                    runs = repeat + 1
-                    config.setdefault("swap_bytes_per_run", {}).setdefault(name, {})[L] = {
-                        k: (after.get(k, 0) - before.get(k, 0)) / runs
-                        for k in ("swap_out_bytes", "swap_in_bytes", "throttled")}
-                print(f"  {name:14s} L={L:5d}: {_fmt_row(rows[L])}", flush=True)
+                for n in todo:
+                    moved[n] = {}
+                got = _measure_paired({n: counted(n, functools.partial(m.step, xv))
+                                       for n, m in todo.items()}, L, repeat, cpu)
+                for n, row in got.items():
+                    systems[n][L] = row
+                    if not cpu:
+                        runs = repeat + 1
+                        config.setdefault("swap_bytes_per_run", {}).setdefault(n, {})[L] = {
+                            k: v / runs for k, v in moved[n].items()}
+                    print(f"  {n:14s} L={L:5d}: {_fmt_row(row)}", flush=True)
                 del xv
         finally:
-            m.close()
+            for m in models.values():
+                m.close()
             G.release_device_memory()
 
     def run_torch() -> None:
@@ -356,11 +407,14 @@ def main(argv: list[str] | None = None) -> dict:
                 torch.cuda.set_per_process_memory_fraction(1.0)
 
     try:
-        order = [("dcf", False), ("dcf swap", True)]
-        for name, swap in (order[::-1] if args.swap_first else order):
-            run_dcf(name, swap, args.swap_threshold)
+        if args.sequential:     # one system after the other (the earlier method)
+            order = [("dcf", False), ("dcf swap", True)]
+            for name, swap in (order[::-1] if args.swap_first else order):
+                run_dcf({name: swap}, args.swap_threshold)
+        else:                   # paired: the timed runs of both interleaved per length
+            run_dcf({"dcf": False, "dcf swap": True}, args.swap_threshold)
         if swap_all:
-            run_dcf("dcf swap all", True, 0.0, swap_all)
+            run_dcf({"dcf swap all": True}, 0.0, swap_all)
         if not args.no_torch:
             run_torch()
     except _Stop as e:
