@@ -205,9 +205,14 @@ class Executor:
                 if trace:
                     self._trace(node, ist, t0)
                 done_node(node, ist)
-                if node.kind == SEND and self.break_on_send and (
-                        ist.frame.parent_ist is None or ist.it <= ist.frame.start_iter):
-                    break
+                if node.kind == SEND:
+                    if ready and ready[0][0].kind == SEND:
+                        # Sends ready one after another fire together (a value for several
+                        # peers is handed to the transport in one go), budget or not
+                        budget += 1
+                    elif self.break_on_send and (
+                            ist.frame.parent_ist is None or ist.it <= ist.frame.start_iter):
+                        break
             elif self.yield_now:
                 self.yield_now = False  # a compiled frame asked to let the event loop run
                 break

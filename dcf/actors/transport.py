@@ -224,8 +224,10 @@ class ZmqTransport:
         self.rejections: Counter[str] = Counter()
         self._ident = ident
         self._clock = clock
-        self._mac_base = hmac.new(secret, digestmod=hashlib.sha256) if secret is not None else None
         self._secret = secret
+        # HMAC-SHA256's keyed inner and outer states, hashed once: a message's MAC is then
+        # two copies and three C calls (RFC 2104, same digest as hmac.digest).
+        self._mac_pads = _hmac_pads(secret) if secret is not None else None
         self._peers: dict[str, _Peer] = {}
         self._names: dict[bytes, str] = {}  # sender identities seen, decoded
         self._context = context
@@ -444,7 +446,7 @@ class ZmqTransport:
         if peer is None:
             raise KeyError(f"unknown peer {peer_name!r}; add it with add_peer(name, address)")
         frame = kind + body
-        if self._mac_base is not None:
+        if self._mac_pads is not None:
             frame = self._mac(self._ident, peer.ident, frame, bulk) + frame
         nbytes = len(frame) if bulk is None else len(frame) + len(bulk)
         if nbytes > self.max_message_bytes:
@@ -525,29 +527,32 @@ class ZmqTransport:
         stopped = loop.create_future()
 
         def on_readable() -> None:
-            # libzmq's FD is edge-triggered: drain until ZMQ_EVENTS says nothing is left.
+            # libzmq's FD is edge-triggered: drain until a receive finds nothing (it then
+            # has processed libzmq's pending commands) or ZMQ_EVENTS says nothing is left.
             # Frames one by one (not recv_multipart): the identity and a small frame 0
             # as bytes, a bulk frame without a copy.
             try:
                 n = 0
-                while get(_EVENTS) & _POLLIN:
+                while True:
                     try:
                         ident = recv(_NOBLOCK)
                     except zmq.Again:
                         return
-                    frame = bulk = None
+                    # a ROUTER message is the identity and at least one frame
+                    frame = recv(_NOBLOCK)
+                    bulk = None
                     extra = 0
                     if get(_RCVMORE):
-                        frame = recv(_NOBLOCK)
-                        if get(_RCVMORE):
-                            bulk = recv(_NOBLOCK, copy=False).buffer
-                            while get(_RCVMORE):
-                                recv(_NOBLOCK, copy=False)
-                                extra += 1
+                        bulk = recv(_NOBLOCK, copy=False).buffer
+                        while get(_RCVMORE):
+                            recv(_NOBLOCK, copy=False)
+                            extra += 1
                     handle(ident, frame, bulk, extra)
                     n += 1
                     if n == _BURST:  # bounded burst; continue after the others
                         loop.call_soon(on_readable)
+                        return
+                    if not get(_EVENTS) & _POLLIN:
                         return
             except zmq.ZMQError as e:  # socket closed under us
                 log.debug("transport %s: receive loop stopped: %s", self.name, e)
@@ -639,7 +644,7 @@ class ZmqTransport:
                 raise _Reject("identity") from None
             if len(self._names) < 4096:
                 self._names[ident] = src
-        if self._mac_base is not None:
+        if self._mac_pads is not None:
             if len(frame) <= _MAC_BYTES:
                 raise _Reject("mac")
             mac, frame = frame[:_MAC_BYTES], frame[_MAC_BYTES:]
@@ -658,18 +663,20 @@ class ZmqTransport:
         log.debug("transport %s: rejected a message (%s): %s", self.name, reason, exc)
 
     def _mac(self, src: bytes, dst: bytes, frame: Any, bulk: Any = None) -> bytes:
-        assert self._mac_base is not None
-        # All lengths first (so the framing is unambiguous), then the bytes. The small
-        # parts are joined for one C-level HMAC call; a bulk frame is hashed where it lies,
-        # without a copy.
+        assert self._mac_pads is not None
+        # HMAC-SHA256 of all lengths first (so the framing is unambiguous), then the bytes;
+        # the small parts are joined for one C-level update.
+        inner, outer = self._mac_pads  # type: ignore[misc]
+        h = inner.copy()
         if bulk is None:
-            return hmac.digest(self._secret, b"".join(
-                (_LENGTHS[3](len(src), len(dst), len(frame)), src, dst, frame)), "sha256")
-        h = self._mac_base.copy()  # copy() skips re-deriving the keyed pads per message
-        h.update(b"".join((_LENGTHS[4](len(src), len(dst), len(frame), len(bulk)),
-                           src, dst, frame)))
-        h.update(bulk)
-        return h.digest()
+            h.update(b"".join((_LENGTHS[3](len(src), len(dst), len(frame)), src, dst, frame)))
+        else:
+            h.update(b"".join((_LENGTHS[4](len(src), len(dst), len(frame), len(bulk)),
+                               src, dst, frame)))
+            h.update(bulk)  # hashed where it lies, without a copy
+        o = outer.copy()
+        o.update(h.digest())
+        return o.digest()
 
     # -- heartbeats ------------------------------------------------------------------------
 
@@ -720,6 +727,14 @@ class ZmqTransport:
                     self._allowed.keys.add(self._peer_keys[peer_name])
             else:
                 self._allowed.keys.add(_z85(known))
+
+
+def _hmac_pads(secret: bytes) -> tuple[Any, Any]:
+    """SHA-256 states after HMAC's inner (key ^ ipad) and outer (key ^ opad) blocks."""
+    key = hashlib.sha256(secret).digest() if len(secret) > 64 else secret
+    key = key.ljust(64, b"\0")
+    return (hashlib.sha256(bytes(b ^ 0x36 for b in key)),
+            hashlib.sha256(bytes(b ^ 0x5C for b in key)))
 
 
 def _z85(key: bytes | str) -> bytes:

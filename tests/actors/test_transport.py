@@ -180,6 +180,19 @@ def wire_mac(secret: bytes, src: bytes, dst: bytes, frames: list[bytes]) -> byte
     return hmac.new(secret, lengths + b"".join(parts), hashlib.sha256).digest()
 
 
+@pytest.mark.parametrize("key_len", [1, 28, 32, 64, 65, 200])
+def test_mac_is_hmac_sha256_of_the_wire_layout_for_any_secret_length(key_len):
+    # the transport hashes HMAC's keyed pads once; the digest must stay RFC 2104's,
+    # also for secrets longer than SHA-256's 64-byte block (hashed first)
+    secret = bytes(range(256))[:key_len]
+    t = ZmqTransport("B", secret=secret)
+    frame = b"T" + bytes(range(100))
+    bulk = bytes(range(256)) * 300
+    assert t._mac(b"A", b"B", frame) == wire_mac(secret, b"A", b"B", [frame])
+    assert t._mac(b"A", b"B", memoryview(frame), memoryview(bulk)) == \
+        wire_mac(secret, b"A", b"B", [frame, bulk])
+
+
 @pytest.mark.asyncio
 @pytest.mark.timeout(30)
 async def test_hmac_rejects_third_party_messages_and_never_delivers_them(raw_dealer):
