@@ -224,6 +224,15 @@ _unpackb = msgpack.unpackb
 _SCALARS: dict[type, str] = {t.type: t.str for t in SUPPORTED_DTYPES}
 _CTRL = struct.Struct("<BI")
 _U32_MAX = 0xFFFFFFFF
+# dtype string -> (struct reader, numpy scalar type): a received scalar is read without
+# making an array first (either byte order; float16 through struct's "e")
+_STRUCT_CODES = {("b", 1): "?", ("f", 2): "e", ("f", 4): "f", ("f", 8): "d",
+                 ("i", 4): "i", ("i", 8): "q"}
+_SCALAR_READ: dict[str, tuple[Any, type]] = {
+    name: (struct.Struct((">" if name[0] == ">" else "<")
+                         + _STRUCT_CODES[(d.kind, d.itemsize)]).unpack_from, d.type)
+    for name, d in _DTYPES.items()
+}
 
 
 def pack_tensors(items: Sequence[tuple[Key, Any, bool]], bulk_min: int
@@ -292,8 +301,8 @@ def unpack_tensors(body: Any, bulk: Any = None) -> list[tuple[Key, Any, bool]]:
         if n > MAX_HEADER_BYTES or n > end - pos:
             raise CodecError(f"tensor header length {n} is out of bounds")
         try:
-            header = _unpackb(view[pos:pos + n], use_list=False, raw=False,
-                              strict_map_key=True, ext_hook=_reject_ext, timestamp=0)
+            # (raw=False, strict_map_key=True and timestamp=0 are msgpack's defaults)
+            header = _unpackb(view[pos:pos + n], use_list=False, ext_hook=_reject_ext)
         except Exception as e:  # msgpack raises assorted types on corrupt input
             raise CodecError(f"tensor header is not valid msgpack: {type(e).__name__}: {e}"
                              ) from e
@@ -317,6 +326,13 @@ def unpack_tensors(body: Any, bulk: Any = None) -> list[tuple[Key, Any, bool]]:
             )
         if shape == () and type(shape) is tuple:
             size = dtype.itemsize   # a scalar
+            if pos + size <= end and not (pos + size == end and bulk is not None):
+                read, scalar_type = _SCALAR_READ[dtype_str]
+                value = scalar_type(read(view, pos)[0])
+                if value == value:   # (a NaN goes through numpy: its bits stay as sent)
+                    pos += size
+                    out.append((key, value, False))
+                    continue
         else:
             shape = _check_shape(shape, dtype)
             size = math.prod(shape) * dtype.itemsize

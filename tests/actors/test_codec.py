@@ -374,3 +374,29 @@ def test_packed_control_round_trips_with_and_without_blob():
         unpack_control(body)                          # flag says bulk, none came
     with pytest.raises(CodecError):
         unpack_control(body[:3])
+
+
+@pytest.mark.parametrize("order", ["<", ">"])
+def test_packed_scalars_decode_bit_for_bit_in_either_byte_order(order):
+    # scalars are read without an intermediate array; values, types and bits (NaN
+    # payloads too) must be what numpy reads from the same bytes
+    nan32 = np.frombuffer(b"\x01\x00\xa0\x7f", "<f4")[0]   # a signalling NaN, payload 1
+    values = [np.float16(-1.5), np.float16(6e-8), np.float32(3.25), np.float32(1e-45),
+              np.float32("inf"), nan32, np.float64(-0.0), np.float64("nan"),
+              np.int32(-2**31), np.int64(2**62), np.bool_(True), np.bool_(False)]
+    items = []
+    for k, v in enumerate(values):
+        arr = np.array(v)
+        items.append(((k, "e", ()), arr.astype(arr.dtype.newbyteorder(order)), False))
+    body, bulk = pack_tensors(items, 1 << 20)
+    out = unpack_tensors(body, bulk)
+    for (key, got, dead), v in zip(out, values):
+        assert not dead and type(got) is type(v) and got.dtype == v.dtype, (key, got)
+        assert np.array(got).tobytes() == np.array(v).tobytes(), (key, got, v)
+
+
+def test_a_truncated_scalar_item_is_refused():
+    body, _ = pack_tensors([((1, "e", ()), np.float64(2.0), False)], 1 << 20)
+    for cut in range(1, 8):
+        with pytest.raises(CodecError):
+            unpack_tensors(body[:-cut])
