@@ -1,21 +1,21 @@
 """Paper Fig. "effect of parallel iterations": one while loop whose body is a chain of
-layers spread over D devices; layer d computes
-
-    s_d(t) = tanh(s_d(t-1) @ W_d + s_{d-1}(t))          (s_{-1} = 0)
-
+layers spread over D devices, one layer per device by default (the paper: "8 layers of
+computation, one for each GPU; each GPU performs a 1024x1024 matrix multiplication
+before passing the result of its computation to the next"); layer d computes
+    s_d(t) = tanh((s_d(t-1) + s_{d-1}(t)) @ W_d)          (the sum is s_0(t-1) for d = 0)
 so each layer depends on its own state from the previous iteration and on the
-previous layer's output of this iteration, and the loop predicate (i < N) does not
-depend on the body. Layers are spread over the devices in contiguous groups (8 layers
-on 2 devices: 4 and 4). Measured: iterations/s for parallel_iterations 1..32, and the
-speedup over parallel_iterations=1.
-
+previous layer's output of this iteration, with its matmul on that path: with one
+iteration in flight the devices take turns, and only running iterations in parallel
+lets device 0 start iteration t+1 while device 1 computes iteration t. The loop
+predicate (i < N) does not depend on the body. With more layers than devices
+(`--layers`), layers go to devices in contiguous groups. Measured: iterations/s for
+parallel_iterations 1..32, and the speedup over parallel_iterations=1.
 Peers: PyTorch eager on the same chain and devices, host-synchronised (a
 torch.cuda.synchronize() after every iteration: an out-of-graph loop) and
 stream-pipelined (no synchronisation until the end).
-
-With one device the partition has no Send/Recv, so dcf compiles the loop into
-straight-line Python that runs iterations in order; parallel_iterations then changes
-nothing, and the GPU's own queue is the only overlap. The figure needs >= 2 devices.
+(Before 2026-11-26c the chain was s_d(t) = tanh(s_d(t-1) @ W_d + s_{d-1}(t)), 8 layers
+on any number of devices: its matmuls did not wait for the previous layer, so with
+GPU-bound sizes the devices overlapped even at parallel_iterations=1.)
 
     python -m bench.parallel_iterations --out bench/results/parallel_iterations-DATE-CARD.json
     python -m bench.parallel_iterations --cpu --devices 2 --quick   # on CPU devices
@@ -57,10 +57,8 @@ def build(devs: list[str], n_layers: int, K: int, N: int, pi: int, seed: int = 0
             out, prev = [], None
             for d in range(n_layers):
                 with dcf.device(ldev[d]):
-                    z = dcf.matmul(s[d], dcf.constant(Ws[d]))
-                    if prev is not None:
-                        z = z + prev
-                    prev = dcf.tanh(z)
+                    x = s[d] if prev is None else s[d] + prev
+                    prev = dcf.tanh(dcf.matmul(x, dcf.constant(Ws[d])))
                     out.append(prev)
             return (i + 1,) + tuple(out)
 
@@ -77,8 +75,8 @@ def reference(Ws: list, s0: np.ndarray, N: int) -> np.ndarray:
     for _ in range(N):
         out, prev = [], None
         for d, W in enumerate(Ws):
-            z = s[d] @ W + (prev if prev is not None else 0)
-            prev = np.tanh(z)
+            x = s[d] if prev is None else s[d] + prev
+            prev = np.tanh(x @ W)
             out.append(prev)
         s = out
     return s[-1]
@@ -99,10 +97,8 @@ def torch_chain(devs: list[str], n_layers: int, Ws: list, s0: np.ndarray, N: int
             prev = None
             out = []
             for d in range(n_layers):
-                z = st[d] @ W[d]
-                if prev is not None:
-                    z = z + prev.to(tdevs[d], non_blocking=True)
-                prev = torch.tanh(z)
+                x = st[d] if prev is None else st[d] + prev.to(tdevs[d], non_blocking=True)
+                prev = torch.tanh(x @ W[d])
                 out.append(prev)
             st = out
             if sync_each and not cpu:
@@ -120,7 +116,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--cpu", action="store_true", help="use CPU devices /cpu:K")
     ap.add_argument("--devices", type=int, default=None,
                     help="devices in the chain (default: every GPU; 2 with --cpu)")
-    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--layers", type=int, default=None,
+                    help="layers in the chain (default: one per device, as the paper)")
     ap.add_argument("--size", type=int, default=None, help="K (default 1024; 64 with --cpu)")
     ap.add_argument("--iterations", type=int, default=None, help="loop trip count per run")
     ap.add_argument("--pis", default="1,2,4,8,16,32")
@@ -137,6 +134,7 @@ def main(argv: list[str] | None = None) -> dict:
     if not cpu and n_dev > G.gpu_count():
         G.skip(BENCH, f"{n_dev} devices asked, {G.gpu_count()} GPU(s) visible", args.out)
     devs = G.devices(n_dev, cpu)
+    n_layers = args.layers or n_dev
     K = args.size or (64 if cpu else 1024)
     N = args.iterations or (50 if args.quick else (100 if cpu else 200))
     pis = [int(p) for p in args.pis.split(",")]
@@ -144,13 +142,14 @@ def main(argv: list[str] | None = None) -> dict:
         pis = [p for p in pis if p in (1, 4, 32)] or pis[:2]
     repeat = 2 if args.quick else args.repeat
     config = {"devices": devs, "card": "cpu" if cpu else G.card_name(0), "date": G.today(),
-              "layers": args.layers, "size": K, "iterations_per_run": N, "repeat": repeat,
-              "layer_devices": layer_devices(args.layers, devs)}
+              "layers": n_layers, "size": K, "iterations_per_run": N, "repeat": repeat,
+              "layer_devices": layer_devices(n_layers, devs),
+              "chain": "s_d(t) = tanh((s_d(t-1) + s_{d-1}(t)) @ W_d)"}
     results: list[Result] = []
     rates: dict[str, float] = {}
     want = None
     for pi in pis:
-        g, out, Ws, s0 = build(devs, args.layers, K, N, pi)
+        g, out, Ws, s0 = build(devs, n_layers, K, N, pi)
         if want is None:
             want = reference(Ws, s0, N)
         with dcf.Session(g) as sess:
@@ -182,10 +181,10 @@ def main(argv: list[str] | None = None) -> dict:
             ok = False
         if ok:
             config["torch"] = torch.__version__
-            _, _, Ws, s0 = build(devs, args.layers, K, N, 1)
+            _, _, Ws, s0 = build(devs, n_layers, K, N, 1)
             for name, sync_each in (("torch host-synchronised", True),
                                     ("torch stream-pipelined", False)):
-                fn = torch_chain(devs, args.layers, Ws, s0, N, sync_each, cpu)
+                fn = torch_chain(devs, n_layers, Ws, s0, N, sync_each, cpu)
                 fn()
                 samples = []
                 for _ in range(repeat):
