@@ -92,6 +92,9 @@ class WorkerHost:
             on_tensor=self._on_tensor, on_control=self._on_control,
             on_peer_lost=self._on_peer_lost)
         self.transport.on_tensors = self._on_tensors
+        # Messages that arrive together are all delivered before the partitions they
+        # feed run (once each), e.g. a barrier's answers from several tasks.
+        self.transport.on_burst = (self._burst_begin, self._burst_end)
         self.rendezvous = LocalRendezvous()
         self.rendezvous.remote_send = self._remote_send
         self.rendezvous.remote_send_batch = self._remote_send_batch
@@ -202,6 +205,12 @@ class WorkerHost:
         if ok:
             self.rendezvous.deliver_all(ok)
 
+    def _burst_begin(self) -> None:
+        self.rendezvous.hold()
+
+    def _burst_end(self) -> None:
+        self.rendezvous.release()
+
     def _remote_send(self, peer: str, key: tuple, value: Any) -> None:
         try:
             value = _host(value)
@@ -222,6 +231,11 @@ class WorkerHost:
                 from e
 
     def _on_control(self, src: str, msg: dict, blob: bytes | None) -> None:
+        # values delivered before this message act first (an abort after data of the
+        # same burst must find those partitions run, as it would without the burst)
+        if self.rendezvous.deferred:
+            self.rendezvous.release()
+            self.rendezvous.hold()
         kind = msg.get("type")
         c = self.clients.get(src)
         if c is None:

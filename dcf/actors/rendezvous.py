@@ -48,7 +48,12 @@ class LocalRendezvous:
             self._values.setdefault(key, value)   # a slot takes one value: the first
 
     def deliver_all(self, items: list[tuple[tuple, Any]]) -> None:
-        """`send` each (key, value), then wake each consumer that got one, once."""
+        """`send` each (key, value), then wake each consumer that got one, once (at
+        `release` instead, while `hold` is in effect)."""
+        if self.deferred is not None:   # held: the wake-ups wait for release()
+            for key, value in items:
+                self.send(key, value)
+            return
         self.deferred = woken = []
         try:
             for key, value in items:
@@ -56,6 +61,18 @@ class LocalRendezvous:
         finally:
             self.deferred = None
         for consumer in woken:
+            consumer.on_values()
+
+    def hold(self) -> None:
+        """Until `release`, values are delivered at once but their consumers are woken
+        later, once each (a transport that reads several messages in one go)."""
+        if self.deferred is None:
+            self.deferred = []
+
+    def release(self) -> None:
+        """Wake each consumer that got values since `hold`, once."""
+        woken, self.deferred = self.deferred, None
+        for consumer in woken or ():
             consumer.on_values()
 
     def recv(self, key: tuple, callback: Callable[[Any], None]) -> None:

@@ -85,6 +85,8 @@ BATCH_MAX_BYTES = 16 * 1024
 _MAC_BYTES = 32
 # Messages handled per wake-up before yielding to the event loop.
 _BURST = 256
+# ... and between the calls of `on_burst` (bounds how long a consumer defers acting).
+_BURST_GROUP = 16
 # Plain ints: pyzmq's flag enums cost microseconds per operation in the hot path.
 _NOBLOCK = int(zmq.NOBLOCK)
 _NOBLOCK_MORE = int(zmq.NOBLOCK) | int(zmq.SNDMORE)
@@ -218,6 +220,10 @@ class ZmqTransport:
         self.on_tensors: Callable[[str, list], None] | None = None
         self.on_control = on_control
         self.on_peer_lost = on_peer_lost
+        # Optional (begin, end): called before the first and after the last message that
+        # one wake-up of the receive loop handles (at most _BURST_GROUP in between), so
+        # that a consumer can act once on several messages that arrived together.
+        self.on_burst: tuple[Callable[[], None], Callable[[], None]] | None = None
         self.stats: dict[str, int] = dict.fromkeys(
             ("sent", "sent_bytes", "received", "received_bytes", "rejected", "callback_errors"), 0
         )
@@ -531,8 +537,9 @@ class ZmqTransport:
             # has processed libzmq's pending commands) or ZMQ_EVENTS says nothing is left.
             # Frames one by one (not recv_multipart): the identity and a small frame 0
             # as bytes, a bulk frame without a copy.
+            n = 0
+            burst = self.on_burst
             try:
-                n = 0
                 while True:
                     try:
                         ident = recv(_NOBLOCK)
@@ -547,6 +554,10 @@ class ZmqTransport:
                         while get(_RCVMORE):
                             recv(_NOBLOCK, copy=False)
                             extra += 1
+                    if burst is not None and n % _BURST_GROUP == 0:
+                        if n:
+                            burst[1]()
+                        burst[0]()
                     handle(ident, frame, bulk, extra)
                     n += 1
                     if n == _BURST:  # bounded burst; continue after the others
@@ -558,6 +569,14 @@ class ZmqTransport:
                 log.debug("transport %s: receive loop stopped: %s", self.name, e)
                 if not stopped.done():
                     stopped.set_result(None)
+            finally:
+                if n and burst is not None:
+                    try:
+                        burst[1]()
+                    except Exception:
+                        self.stats["callback_errors"] += 1
+                        log.exception("transport %s: end-of-burst callback failed",
+                                      self.name)
 
         loop.add_reader(fd, on_readable)
         loop.call_soon(on_readable)

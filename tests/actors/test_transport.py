@@ -552,3 +552,29 @@ async def test_curve_transports_close_without_leaking_fds():
     for _ in range(10):
         await cycle()
     assert _open_fds() <= before
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(30)
+async def test_on_burst_brackets_every_delivery_of_a_receive_wake_up():
+    async with pair(secret=SECRET) as (a, b, _ra, rb):
+        events: list[str] = []
+        b.on_burst = (lambda: events.append("begin"), lambda: events.append("end"))
+        b.on_tensor = lambda src, key, value, dead: events.append("tensor")
+        b.on_control = lambda src, msg, blob: events.append("control")
+        for k in range(20):   # sent without yielding: many arrive in one wake-up
+            a.send_tensor("B", (k,), np.float32(k))
+        a.send_control("B", {"type": "x"})
+        await wait_until(lambda: events.count("tensor") == 20 and "control" in events)
+        await wait_until(lambda: events[-1] == "end")
+        depth = 0
+        for e in events:   # begin, deliveries, end; never nested (a heartbeat alone
+            if e == "begin":   # makes an empty pair)
+                assert depth == 0
+                depth = 1
+            elif e == "end":
+                assert depth == 1
+                depth = 0
+            else:
+                assert depth == 1
+        assert depth == 0
