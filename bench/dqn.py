@@ -29,7 +29,9 @@ Each block is timed by the wall clock (the headline, ``speedup_*``) and by this
 process's CPU time (``*_cpu``: steps per CPU-second, which outside load on a shared
 machine disturbs much less). ``speedup_*`` = in-graph / client steps/s (> 1: in-graph
 faster); the paper reports 1.21x (21 %) for its in-graph DQN. ``dcf_vs_tf1_*`` = dcf /
-TF1 steps/s of the same agent.
+TF1 steps/s of the same agent. ``config.run_overhead_us`` records what a dcf ``sess.run``
+that computes nearly nothing costs here (a Const; a Const and an op; five scalar feeds):
+fusing the client's ~3 runs a step into one can save about that much per removed run.
 
     python -m bench.dqn [--quick] [--no-tf1] [--out FILE]
 """
@@ -270,6 +272,34 @@ def measure(ex: Any, cfg: Any, *, skip: int, block: int, rounds: int,
                 "cpu": Stats.from_samples(cpu[k], number=block)} for k in agents}
 
 
+def run_overheads(n: int = 5000) -> dict[str, float]:
+    """Microseconds of one dcf `sess.run` that computes next to nothing: what fusing a
+    client's runs into one can save, per run it removes (the bound on in-graph/client)."""
+    g = dcf.Graph()
+    with g.as_default():
+        c = dcf.constant(1.0)
+        v = dcf.Variable(np.float32(0.0))
+        op = dcf.group(v.assign_add(1.0))
+        phs = [dcf.placeholder(dcf.float32, ()) for _ in range(5)]
+        total = dcf.add_n(phs)
+        init = dcf.global_variables_initializer()
+    out = {}
+    with dcf.Session(g) as sess:
+        sess.run(init)
+        feeds = {p: np.float32(1.0) for p in phs}
+        for name, fetch, fd in (("fetch_const", c, None), ("fetch_const_and_op", [c, op], None),
+                                ("five_scalar_feeds", total, feeds)):
+            sess.run(fetch, fd)
+            best = float("inf")
+            for _ in range(3):
+                t0 = time.perf_counter()
+                for _ in range(n):
+                    sess.run(fetch, fd)
+                best = min(best, (time.perf_counter() - t0) / n)
+            out[name] = round(best * 1e6, 2)
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = base_argparser(__doc__.split("\n")[0])
     parser.add_argument("--no-tf1", action="store_true", help="skip the TF1 peer")
@@ -328,6 +358,7 @@ def main(argv: list[str] | None = None) -> dict:
         "dcf_source": source_fingerprint(HOT_PATH_FILES),
         "example_sha1": hashlib.sha1((ROOT / "examples" / "dqn_cartpole.py").read_bytes())
         .hexdigest()[:10],
+        "run_overhead_us": run_overheads(1000 if quick else 5000),
         "loadavg_before": [round(x, 2) for x in load_before],
         "loadavg_after": [round(x, 2) for x in os.getloadavg()],
     }

@@ -582,6 +582,10 @@ class _Codegen:
               reads: list = ()) -> None:
         """Emit one scope (the root, or one iteration of a loop frame) at depth d."""
         plan = self.analyze(items, nexts)
+        # In a loop body every value a block defines is reset in its else, so that
+        # (as when every op was run dead) no iteration keeps an earlier one's arrays
+        # alive; in the root the run's end frees them.
+        full = nexts is not None
         for src, k in reads:
             self.rt_read(src, k)
         stack: list = []     # open blocks: [literal, escapes, first line]
@@ -613,7 +617,7 @@ class _Codegen:
                 for x in exits:
                     self.mayd[(x.id, 0)], self.node_dead[x.id] = saved[x.id]
                     self.emit(e, f"v{x.id}_0 = x{x.id}")
-                    self.defined(stack, e, x, [0])
+                    self.defined(stack, e, x, [0], full)
                 continue
             if what == "switch":
                 ks = [k for k in (0, 1) if (n.id, k) in self.esc_val]
@@ -626,7 +630,7 @@ class _Codegen:
                 for k in ks:
                     self.emit(e, f"v{n.id}_{k} = {data} if {pred} else DEAD" if k else
                               f"v{n.id}_{k} = DEAD if {pred} else {data}")
-                self.defined(stack, e, n, [])
+                self.defined(stack, e, n, [], full)
                 for k in ks:
                     if stack:
                         self.esc_in_block(stack, f"v{n.id}_{k}", "DEAD")
@@ -640,12 +644,12 @@ class _Codegen:
                 self.known_merge(n, e, info)
             else:
                 self.known_kernel(n, e, itv)
-            self.defined(stack, e, n, range(n.n_out if what == "kernel" else 2))
+            self.defined(stack, e, n, range(n.n_out if what == "kernel" else 2), full)
         self.goto(stack, (), d)
 
-    def defined(self, stack: list, e: int, n: NodeInfo, ks: Any) -> None:
+    def defined(self, stack: list, e: int, n: NodeInfo, ks: Any, full: bool) -> None:
         """Record the values node n defined inside the open blocks that run-time
-        readers need, and its dead flag."""
+        readers need (all of them where `full`), and its dead flag."""
         if n.id in self.esc_flag:
             self.emit(e, f"d{n.id} = False")
             if stack:
@@ -657,6 +661,8 @@ class _Codegen:
                     self.emit(e, f"v{n.id}_{k} = {self.alias[key]}")
                 if stack:
                     self.esc_in_block(stack, f"v{n.id}_{k}", "DEAD")
+            elif full and stack and key not in self.alias:
+                self.esc_in_block(stack, f"v{n.id}_{k}", "DEAD")
 
     @staticmethod
     def esc_in_block(stack: list, var: str, dead: str) -> None:
@@ -674,7 +680,11 @@ class _Codegen:
                 self.emit(e + 1, "pass")
             if esc:
                 self.emit(e, "else:")
-                self.emit(e + 1, "; ".join(f"{v} = {x}" for v, x in esc))
+                by_value: dict[str, list] = {}
+                for v, x in esc:
+                    by_value.setdefault(x, []).append(v)
+                self.emit(e + 1, "; ".join(" = ".join(vs) + f" = {x}"
+                                           for x, vs in by_value.items()))
                 if stack:
                     stack[-1][1].extend(esc)
         for lit in g[i:]:

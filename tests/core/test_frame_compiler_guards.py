@@ -238,3 +238,34 @@ def test_traced_runs_still_fire_the_untaken_branch_dead(run_graph):
     assert v == 1.0
     fired = [e[1] for e in trace]
     assert sum(1 for n in fired if n.startswith("c/") and "Mul" in n) == 4
+
+
+def test_a_loop_body_keeps_no_arrays_alive_after_the_loop(compiled, run_graph):
+    """As when the exit iteration ran every body op dead: once a loop has ended, no
+    variable of its body still holds an array of its last iterations (GPU memory
+    budgets and swapping count on it)."""
+    import weakref
+
+    refs: list = []
+    seen: list = []
+
+    def alloc(i):
+        arr = np.full(1000, float(i), np.float32)
+        refs.append(weakref.ref(arr))
+        return arr
+
+    def check(x):
+        import gc
+
+        gc.collect()
+        seen.append([r() is None for r in refs])
+        return x
+
+    def body(i, a):
+        big = dcf.py_func(alloc, [i], dcf.float32)
+        return i + 1, a + dcf.reduce_sum(big)
+
+    _, out = dcf.while_loop(lambda i, a: i < 4, body, (0, 0.0))
+    checked = dcf.reshape(dcf.py_func(check, [out], dcf.float32), [])
+    assert run_graph(checked, config=compiled) == pytest.approx(6000.0)
+    assert len(refs) == 4 and seen == [[True] * 4]
