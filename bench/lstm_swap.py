@@ -125,6 +125,8 @@ def _measure_paired(steps: dict, L: int, repeat: int, cpu: bool) -> dict:
     alike: {name: (stats, peak, status)}."""
     warm = {n: _warm(f, cpu) for n, f in steps.items()}
     live = [n for n, (_, st) in warm.items() if st == "ok"]
+    for n in live:          # a second untimed run each, after every warm-up's allocations
+        steps[n]()
     samples: dict = {n: [] for n in live}
     for r in range(repeat):
         for n in (live if r % 2 == 0 else live[::-1]):
@@ -360,7 +362,7 @@ def main(argv: list[str] | None = None) -> dict:
                 for n, row in got.items():
                     systems[n][L] = row
                     if not cpu:
-                        runs = repeat + 1
+                        runs = repeat + (2 if row[2] == "ok" else 1)
                         config.setdefault("swap_bytes_per_run", {}).setdefault(n, {})[L] = {
                             k: v / runs for k, v in moved[n].items()}
                     print(f"  {n:14s} L={L:5d}: {_fmt_row(row)}", flush=True)

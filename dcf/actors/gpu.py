@@ -60,6 +60,7 @@ __all__ = ["GpuDevice", "GpuActor", "GpuResources", "GpuStackStore", "make_gpu_a
 SWAP_MIN_BYTES = 64 << 10     # smaller values stay on the device
 PREFETCH_ITEMS = 8            # swapped entries brought back ahead of each pop, per stack
 D2H_IN_FLIGHT = 16            # swap-out copies queued on the d2h stream at once
+PUMP_BATCH = 3                # swap-outs started together (one pair of events per batch)
 PREFETCH_MAX_USE = 0.95       # prefetch only while pool use stays under this share
 USAGE_EVERY = 16              # swapper decisions re-read pool use this often
 
@@ -215,6 +216,16 @@ class GpuDevice:
                 if not self.relieve(attempt):
                     raise ResourceExhaustedError(self._oom_text(what, e)) from None
                 attempt += 1
+
+    def pinned_buffer(self, nbytes: int) -> tuple[Any, int]:
+        """(owner, address) of `nbytes` of pinned host memory: no numpy view is made for
+        a buffer only copies read and write (a swapped stack entry)."""
+        mem = self.cp.cuda.alloc_pinned_memory(max(nbytes, 1))
+        ptr = getattr(mem, "ptr", None)
+        if ptr is None:                      # the test stand-in's buffer
+            arr = np.frombuffer(mem, np.uint8)
+            return arr, arr.ctypes.data
+        return mem, ptr
 
     def pinned_empty(self, shape: tuple, dtype: Any) -> np.ndarray:
         dtype = np.dtype(dtype)
@@ -469,13 +480,15 @@ class _PeerValue:
 class _Rec:
     """One saved value on a swapping stack (shared by pushes of the same buffer)."""
 
-    __slots__ = ("dev", "host", "ev_in", "state", "refs", "key", "shape", "dtype", "nbytes")
+    __slots__ = ("dev", "host", "host_ptr", "ev_in", "state", "refs", "key", "shape", "dtype",
+                 "nbytes")
 
     QUEUED, OUT, HOST, IN, GONE = range(5)
 
     def __init__(self, value: Any, key: tuple) -> None:
         self.dev = value
-        self.host = None
+        self.host = None          # the pinned buffer's owner (keeps it alive)
+        self.host_ptr = 0
         self.ev_in = None
         self.state = _Rec.QUEUED
         self.refs = 1
@@ -498,6 +511,7 @@ class _Swapper:
         self._used = 0          # pool use, sampled: cupy's used_bytes() walks every chunk
         self._countdown = 0
         self.prefetched: set = set()   # records brought back ahead of their pop
+        self._waited_in = None         # the h2d event the compute stream last waited for
 
     def reset(self) -> None:
         self._countdown = 0
@@ -529,41 +543,47 @@ class _Swapper:
         self.pump()
         return rec
 
-    def pump(self) -> None:
-        """Start queued swap-outs while fewer than D2H_IN_FLIGHT copies are running."""
+    def pump(self, force: bool = False) -> None:
+        """Start queued swap-outs while fewer than D2H_IN_FLIGHT copies are running: a
+        batch of PUMP_BATCH at a time (or whatever is queued, when forced), after one
+        event on the compute stream and before one event on the d2h stream that all the
+        batch's entries share (an event costs the host about as much as the copy)."""
         q, out = self.queue, self.out
-        if not q or len(out) >= D2H_IN_FLIGHT:
+        if not q or len(out) >= D2H_IN_FLIGHT or (not force and len(q) < PUMP_BATCH):
             return
         gpu = self.gpu
         s = gpu.d2h
-        waited = False
-        while q and len(out) < D2H_IN_FLIGHT:
+        batch: list = []
+        while q and len(out) + len(batch) < D2H_IN_FLIGHT:
             rec = q.popleft()
             if rec.state != _Rec.QUEUED:
                 continue
-            if not waited:
+            if not batch:
                 s.wait_event(gpu.record(gpu.compute))
-                waited = True
             arr = rec.dev
             if not arr.flags.c_contiguous:
                 arr = rec.dev = gpu.cp.ascontiguousarray(arr).reshape(rec.shape)
-            rec.host = gpu.pinned_empty(rec.shape, rec.dtype)
+            rec.host, rec.host_ptr = gpu.pinned_buffer(rec.nbytes)
             t0 = gpu.record(s) if gpu.tracing else None
-            gpu._memcpy(rec.host.ctypes.data, arr.data.ptr, rec.nbytes, _D2H, s.ptr)
-            ev = gpu.record(s)
+            gpu._memcpy(rec.host_ptr, arr.data.ptr, rec.nbytes, _D2H, s.ptr)
+            if t0 is not None:
+                gpu.trace_events.append(("swap out", "MemcpyDtoH", t0, gpu.record(s), "d2h",
+                                         "", gpu.stats["swap_outs"]))
             rec.state = _Rec.OUT
-            out.append((rec, ev))
+            batch.append(rec)
             self.swapped_bytes += rec.nbytes
             gpu.stats["swap_out_bytes"] += rec.nbytes
-            if t0 is not None:
-                gpu.trace_events.append(("swap out", "MemcpyDtoH", t0, ev, "d2h", "",
-                                         gpu.stats["swap_outs"]))
             gpu.stats["swap_outs"] += 1
+        if batch:
+            ev = gpu.record(s)
+            for rec in batch:
+                out.append((rec, ev))
 
     def collect(self) -> None:
         out = self.out
-        while out and out[0][1].done:
-            rec, _ = out.popleft()
+        done_ev = None
+        while out and (out[0][1] is done_ev or out[0][1].done):
+            rec, done_ev = out.popleft()
             if rec.state == _Rec.OUT:
                 rec.state = _Rec.HOST
                 rec.dev = None                 # the device buffer goes back to the pool
@@ -584,8 +604,9 @@ class _Swapper:
             self._fetch(rec)
             st = rec.state
         v = rec.dev
-        if st == _Rec.IN:
-            gpu.compute.wait_event(rec.ev_in)
+        if st == _Rec.IN and rec.ev_in is not self._waited_in:
+            gpu.compute.wait_event(rec.ev_in)    # entries fetched together share one
+            self._waited_in = rec.ev_in
         rec.refs -= 1
         self.prefetched.discard(rec)
         if rec.refs == 0:
@@ -604,7 +625,9 @@ class _Swapper:
             self.collect()
         return v
 
-    def _fetch(self, rec: _Rec, waited: list | None = None) -> None:
+    def _fetch(self, rec: _Rec, waited: list | None = None, batch: list | None = None) -> None:
+        """Copy a swapped entry back on the h2d stream. With `batch`, the entry joins it
+        and the caller records one event for all of them (`_end_batch`)."""
         gpu = self.gpu
         dst = gpu.alloc(rec.shape, rec.dtype, "a swapped-in stack value")
         s = gpu.h2d
@@ -613,21 +636,25 @@ class _Swapper:
             if waited is not None:
                 waited[0] = True
         t0 = gpu.record(s) if gpu.tracing else None
-        gpu._memcpy(dst.data.ptr, rec.host.ctypes.data, rec.nbytes, _H2D, s.ptr)
-        rec.ev_in = gpu.record(s)
+        gpu._memcpy(dst.data.ptr, rec.host_ptr, rec.nbytes, _H2D, s.ptr)
+        if t0 is not None:
+            gpu.trace_events.append(("swap in", "MemcpyHtoD", t0, gpu.record(s), "h2d", "",
+                                     gpu.stats["swap_ins"]))
         rec.dev = dst
         rec.state = _Rec.IN
+        if batch is None:
+            rec.ev_in = gpu.record(s)
+        else:
+            batch.append(rec)
         if waited is not None:
             self.prefetched.add(rec)
         self.prefetched_bytes += rec.nbytes
         gpu.stats["swap_in_bytes"] += rec.nbytes
-        if t0 is not None:
-            gpu.trace_events.append(("swap in", "MemcpyHtoD", t0, rec.ev_in, "h2d", "",
-                                     gpu.stats["swap_ins"]))
         gpu.stats["swap_ins"] += 1
 
     def _prefetch(self, below: list) -> None:
         waited = [False]
+        batch: list = []
         n = 0
         gpu = self.gpu
         used = self.usage()
@@ -642,10 +669,14 @@ class _Swapper:
                 room -= item.nbytes
                 if room < 0:
                     break        # near the budget: the pop itself fetches
-                self._fetch(item, waited)
+                self._fetch(item, waited, batch)
             n += 1
             if n >= PREFETCH_ITEMS:
                 break
+        if batch:
+            ev = gpu.record(gpu.h2d)
+            for rec in batch:
+                rec.ev_in = ev
 
     def evict_prefetched(self) -> bool:
         """Give back the device copies of values brought in ahead of their pop (their
@@ -667,7 +698,7 @@ class _Swapper:
         if not self.queue and not self.out:
             return False
         while self.queue or self.out:
-            self.pump()
+            self.pump(force=True)
             if self.out:
                 self.out[-1][1].synchronize()
             self.collect()
