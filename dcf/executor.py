@@ -163,6 +163,7 @@ class Executor:
         rules = CONTROL_RULES
         trace = self.trace_on
         fired = 0
+        urgent = False   # a Send of the oldest live iteration fired (break_on_send)
         while ready and fired < budget:
             node, ist = popleft()
             fired += 1
@@ -206,12 +207,14 @@ class Executor:
                     self._trace(node, ist, t0)
                 done_node(node, ist)
                 if node.kind == SEND:
+                    if self.break_on_send and (
+                            ist.frame.parent_ist is None or ist.it <= ist.frame.start_iter):
+                        urgent = True
                     if ready and ready[0][0].kind == SEND:
                         # Sends ready one after another fire together (a value for several
                         # peers is handed to the transport in one go), budget or not
                         budget += 1
-                    elif self.break_on_send and (
-                            ist.frame.parent_ist is None or ist.it <= ist.frame.start_iter):
+                    elif urgent:
                         break
             elif self.yield_now:
                 self.yield_now = False  # a compiled frame asked to let the event loop run
