@@ -123,17 +123,23 @@ class GpuDevice:
         """Make room after a failed allocation; False when nothing more can be done.
         0: drop the pool's cached blocks (the pool's limit counts them) and garbage;
         1: wait for swap-outs in flight (throttling); 2: give back prefetched values;
-        then give up."""
+        then give up. Buffers freed by 1 and 2 are dropped from the pool too: the limit
+        counts cached blocks, and a freed block smaller than the request is no room."""
         if attempt == 0:
             gc.collect()
             self.collect()
             self.pool.free_all_blocks()
             return True
         if attempt == 1:
-            return self.swapper.make_room() or self.swapper.evict_prefetched()
-        if attempt == 2:
-            return self.swapper.evict_prefetched()
-        return False
+            freed = self.swapper.make_room() or self.swapper.evict_prefetched()
+        elif attempt == 2:
+            freed = self.swapper.evict_prefetched()
+        else:
+            return False
+        if freed:
+            self.collect()
+            self.pool.free_all_blocks()
+        return freed
 
     def configure(self, limit: int | None, threshold: float) -> None:
         self.limit = int(limit) if limit else None

@@ -237,8 +237,11 @@ def test_a_budget_that_fails_without_swap_fits_with_swap():
     base = _in_use()
     want, peak = _peak_bytes(lambda: _run_lstm(False))
     # the live high-water mark counts garbage that a collection under pressure frees:
-    # find a budget the no-swap run cannot meet
-    for share in (0.5, 0.35, 0.25, 0.18):
+    # find the largest budget the no-swap run cannot meet (the swap run's live bytes at
+    # the start of the backward loop -- weights, the input, the outputs' TensorArray,
+    # the entries being fetched back -- came within 2-4% of a budget at share 0.5 on
+    # H200 machines, where the test failed in most runs of 2026-11-26c)
+    for share in (0.8, 0.65, 0.5, 0.35, 0.25, 0.18):
         budget = base + int((peak - base) * share)
         try:
             _run_lstm(False, dcf.SessionConfig(gpu_memory_limit=budget))
