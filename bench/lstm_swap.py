@@ -106,23 +106,10 @@ def _warm(step, cpu: bool) -> tuple[int | None, str]:
         return None, "OOM: " + msg
 
 
-def _measure(step, L: int, repeat: int, cpu: bool) -> tuple[Stats | None, int | None, str]:
-    """(stats per loop iteration, peak bytes, status) of `step()` at length L."""
-    peak, status = _warm(step, cpu)
-    if status != "ok":
-        return None, None, status
-    samples = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        step()
-        samples.append((time.perf_counter() - t0) / L)
-    return Stats.from_samples(samples), peak, "ok"
-
-
 def _measure_paired(steps: dict, L: int, repeat: int, cpu: bool) -> dict:
-    """`_measure` for several systems at once, their timed runs interleaved (A B B A
-    A B ...), so that drift of the host or the card over a run falls on all of them
-    alike: {name: (stats, peak, status)}."""
+    """(stats per loop iteration, peak bytes, status) of each system's `step()` at
+    length L, their timed runs interleaved (A B B A A B ...), so that drift of the host
+    or the card over a run falls on all of them alike: {name: (stats, peak, status)}."""
     warm = {n: _warm(f, cpu) for n, f in steps.items()}
     live = [n for n, (_, st) in warm.items() if st == "ok"]
     for n in live:          # a second untimed run each, after every warm-up's allocations

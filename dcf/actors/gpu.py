@@ -633,7 +633,7 @@ class _Swapper:
 
     def _fetch(self, rec: _Rec, waited: list | None = None, batch: list | None = None) -> None:
         """Copy a swapped entry back on the h2d stream. With `batch`, the entry joins it
-        and the caller records one event for all of them (`_end_batch`)."""
+        and the caller (`_prefetch`) records one event for all of them."""
         gpu = self.gpu
         dst = gpu.alloc(rec.shape, rec.dtype, "a swapped-in stack value")
         s = gpu.h2d

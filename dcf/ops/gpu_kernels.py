@@ -81,13 +81,11 @@ def _colsum_kernel(xp, dtype: Any) -> Any:
     return k
 
 
-def sum_gpu(generic: Any) -> Any:
+def sum_gpu(generic: Any, axis_value: Any) -> Any:
+    """`generic` is the Sum kernel; `axis_value` turns a dynamic axis input into
+    numpy's axis argument (math_ops._axis_value)."""
     def sum_(xp, x, *dyn, axis, keepdims):
-        if dyn:
-            d = dyn[0]
-            ax = int(d) if getattr(d, "ndim", 1) == 0 else tuple(int(v) for v in d.tolist())
-        else:
-            ax = axis
+        ax = axis_value(dyn[0]) if dyn else axis
         if isinstance(ax, (tuple, list)) and len(ax) == 1:
             ax = ax[0]
         if (ax == 0 or ax == -2) and type(x) is xp.ndarray and x.ndim == 2 and \

@@ -941,7 +941,7 @@ _REDUCE = [
 for _type, _method, _rule in _REDUCE:
     _k = _reducer(_method, _rule)
     register(OpDef(_type, infer=_reduce_infer, kernel=_k,
-                   gpu_kernel=sum_gpu(_k) if _type == "Sum" else None))
+                   gpu_kernel=sum_gpu(_k, _axis_value) if _type == "Sum" else None))
 
 
 def _axis_arg(op) -> Any:
