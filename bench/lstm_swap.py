@@ -240,7 +240,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--fail-near", type=int, default=530,
                     help="the budget makes the no-swap run fail past about this many steps")
     ap.add_argument("--budget", type=int, default=None, help="device-memory budget in bytes")
-    ap.add_argument("--swap-threshold", type=float, default=0.5)
+    ap.add_argument("--swap-threshold", type=float, default=0.7,
+                    help="SessionConfig.swap_threshold (default: the API default, 0.7)")
     ap.add_argument("--parallel-iterations", type=int, default=32)
     ap.add_argument("--repeat", type=int, default=4)
     ap.add_argument("--swap-all-lengths", default="100,500",

@@ -25,11 +25,13 @@ predicate computed from device data) are read with a blocking copy: that is the 
 place this version blocks the event loop.
 
 Memory: `SessionConfig(gpu_memory_limit=...)` sets the cupy pool's limit; a failed
-allocation first waits for swap-outs in flight to free their device buffers, then
-raises ResourceExhaustedError naming the op. Stacks of `swap_memory=True` loops swap
-values (>= 64 KiB, each buffer once) to pinned host memory on the d2h stream once pool
-use passes `swap_threshold` of the limit; pops prefetch the next entries on the h2d
-stream (stack order is known), and a value still on the device is popped as is.
+allocation first moves saved values out and waits for their device buffers to be free
+(throttling), then raises ResourceExhaustedError naming the op. Stacks of
+`swap_memory=True` loops swap values (>= 64 KiB, each buffer once) to pinned host
+memory on the d2h stream once pool use passes `swap_threshold` of the limit: each push
+past it moves out the oldest saved value still on the device (the backward pass wants
+it last); pops bring swapped entries back on the h2d stream ahead of use (stack order
+is known), and a value still on the device is popped as is.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ import functools
 import gc
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -58,10 +61,13 @@ from dcf.token import DEAD
 __all__ = ["GpuDevice", "GpuActor", "GpuResources", "GpuStackStore", "make_gpu_actor"]
 
 SWAP_MIN_BYTES = 64 << 10     # smaller values stay on the device
-PREFETCH_ITEMS = 8            # swapped entries brought back ahead of each pop, per stack
+WATCH_SHARE = 0.5             # pushes are tracked for swapping past this share of the threshold
+PREFETCH_ITEMS = 8            # swapped entries always allowed back ahead of their pops
+PREFETCH_BATCH = 8            # entries brought back per pop at most (one h2d event)
 D2H_IN_FLIGHT = 16            # swap-out copies queued on the d2h stream at once
-PUMP_BATCH = 3                # swap-outs started together (one pair of events per batch)
-PREFETCH_MAX_USE = 0.95       # prefetch only while pool use stays under this share
+PUMP_BATCH = 4                # swap-outs started together (one pair of events per batch)
+PREFETCH_MAX_USE = 0.95       # the first PREFETCH_ITEMS come back while use is under this
+RELIEF_BYTES = 256 << 20      # what one throttling step moves out beyond what is owed
 USAGE_EVERY = 16              # swapper decisions re-read pool use this often
 
 _H2D, _D2H = 1, 2             # cudaMemcpyKind
@@ -122,20 +128,16 @@ class GpuDevice:
     def relieve(self, attempt: int) -> bool:
         """Make room after a failed allocation; False when nothing more can be done.
         0: drop the pool's cached blocks (the pool's limit counts them) and garbage;
-        1: wait for swap-outs in flight (throttling); 2: give back prefetched values;
-        then give up. Buffers freed by 1 and 2 are dropped from the pool too: the limit
-        counts cached blocks, and a freed block smaller than the request is no room."""
+        then, each further attempt: move out the oldest saved values and wait for them
+        (throttling), and once none is left, give back values brought in ahead of their
+        pops. Buffers freed so are dropped from the pool too: the limit counts cached
+        blocks, and a freed block smaller than the request is no room."""
         if attempt == 0:
             gc.collect()
             self.collect()
             self.pool.free_all_blocks()
             return True
-        if attempt == 1:
-            freed = self.swapper.make_room() or self.swapper.evict_prefetched()
-        elif attempt == 2:
-            freed = self.swapper.evict_prefetched()
-        else:
-            return False
+        freed = self.swapper.make_room() or self.swapper.evict_prefetched()
         if freed:
             self.collect()
             self.pool.free_all_blocks()
@@ -487,9 +489,9 @@ class _Rec:
     """One saved value on a swapping stack (shared by pushes of the same buffer)."""
 
     __slots__ = ("dev", "host", "host_ptr", "ev_in", "state", "refs", "key", "shape", "dtype",
-                 "nbytes")
+                 "nbytes", "ahead", "__weakref__")
 
-    QUEUED, OUT, HOST, IN, GONE = range(5)
+    QUEUED, OUT, HOST, IN, GONE = range(5)      # QUEUED: on the device, may move out
 
     def __init__(self, value: Any, key: tuple) -> None:
         self.dev = value
@@ -502,25 +504,53 @@ class _Rec:
         self.shape = value.shape
         self.dtype = value.dtype
         self.nbytes = value.nbytes
+        self.ahead = False        # brought back ahead of its pop, not popped yet
+
+
+def _live(ref: Any, state: int) -> Any:
+    """The record behind a weak reference if it is still in `state`, else None."""
+    rec = ref()
+    return rec if rec is not None and rec.state == state else None
 
 
 class _Swapper:
-    """Moves saved loop values to pinned host memory and back (one per GPU)."""
+    """Moves saved loop values to pinned host memory and back (one per GPU).
+
+    Pushes of swappable values are tracked once pool use passes WATCH_SHARE of the swap
+    threshold. Each push past the threshold owes one swap-out, and the swapper pays it
+    with the *oldest* tracked value still on the device: the backward loop pops the
+    newest values first, so those stay on the device and are popped without waiting,
+    while the oldest ones have the whole backward pass to come back. Values are
+    brought back newest-swapped first, as far ahead as memory under the threshold
+    allows (at least PREFETCH_ITEMS entries). Records are held weakly: the stacks own
+    them, so a run that fails leaves nothing behind here."""
 
     def __init__(self, gpu: GpuDevice) -> None:
         self.gpu = gpu
-        self.by_key: dict[tuple, _Rec] = {}
-        self.queue: collections.deque = collections.deque()   # waiting for a d2h slot
-        self.out: collections.deque = collections.deque()     # (rec, event) in flight
+        self.by_key: dict[tuple, Any] = {}            # (ptr, nbytes) -> weakref of a record
+        self.resident: collections.deque = collections.deque()  # tracked, on the device
+        self.owed = 0                                 # swap-outs owed by pushes
+        self.out: collections.deque = collections.deque()   # (rec, event) in flight
+        self.host: list = []        # swapped out, oldest push first (pops want the last)
+        self.ahead = 0              # records brought back ahead of their pops
+        self.ahead_refs: list = []  # (weakly) those records, in the order they came back
         self.swapped_bytes = 0
         self.prefetched_bytes = 0
         self._used = 0          # pool use, sampled: cupy's used_bytes() walks every chunk
         self._countdown = 0
-        self.prefetched: set = set()   # records brought back ahead of their pop
-        self._waited_in = None         # the h2d event the compute stream last waited for
+        self._waited_in = None  # the h2d event the compute stream last waited for
 
     def reset(self) -> None:
+        """Before a step: sample pool use afresh; forget records that are gone."""
         self._countdown = 0
+        Q, H = _Rec.QUEUED, _Rec.HOST
+        self.resident = collections.deque(r for r in self.resident if _live(r, Q))
+        self.host = [r for r in self.host if _live(r, H)]
+        self.ahead_refs = [r for r in self.ahead_refs if r() is not None and r().ahead]
+        self.ahead = len(self.ahead_refs)
+        self.owed = min(self.owed, len(self.resident))
+        if len(self.by_key) > 4096:
+            self.by_key = {k: r for k, r in self.by_key.items() if r() is not None}
 
     def usage(self) -> int:
         """Device pool bytes in use, re-read every USAGE_EVERY calls."""
@@ -535,34 +565,43 @@ class _Swapper:
         if not swappable or type(value) is not gpu.ndarray or value.nbytes < SWAP_MIN_BYTES:
             return value
         key = (value.data.ptr, value.nbytes)
-        rec = self.by_key.get(key)
-        if rec is not None:        # the same buffer again (e.g. c_new(t) is c(t+1))
-            rec.refs += 1
-            return rec
+        ref = self.by_key.get(key)
+        if ref is not None:
+            rec = ref()
+            if rec is not None:    # the same buffer again (e.g. c_new(t) is c(t+1))
+                rec.refs += 1
+                return rec
         if self.out:
             self.collect()
-        if self.usage() < gpu.swap_threshold * gpu.capacity:
+        used = self.usage()
+        limit = gpu.swap_threshold * gpu.capacity
+        if used < WATCH_SHARE * limit:
             return value
         rec = _Rec(value, key)
-        self.by_key[key] = rec
-        self.queue.append(rec)
-        self.pump()
+        ref = weakref.ref(rec)
+        self.by_key[key] = ref
+        self.resident.append(ref)
+        if used >= limit:
+            self.owed += 1
+            self.pump()
         return rec
 
     def pump(self, force: bool = False) -> None:
-        """Start queued swap-outs while fewer than D2H_IN_FLIGHT copies are running: a
-        batch of PUMP_BATCH at a time (or whatever is queued, when forced), after one
-        event on the compute stream and before one event on the d2h stream that all the
-        batch's entries share (an event costs the host about as much as the copy)."""
-        q, out = self.queue, self.out
-        if not q or len(out) >= D2H_IN_FLIGHT or (not force and len(q) < PUMP_BATCH):
+        """Pay owed swap-outs with the oldest tracked values while fewer than
+        D2H_IN_FLIGHT copies are running: PUMP_BATCH at a time (what is owed, when
+        forced), after one event on the compute stream and before one event on the
+        d2h stream that the whole batch shares (an event costs the host about as much
+        as a copy)."""
+        out = self.out
+        if not self.owed or len(out) >= D2H_IN_FLIGHT or (not force and self.owed < PUMP_BATCH):
             return
+        q = self.resident
         gpu = self.gpu
         s = gpu.d2h
         batch: list = []
-        while q and len(out) + len(batch) < D2H_IN_FLIGHT:
-            rec = q.popleft()
-            if rec.state != _Rec.QUEUED:
+        while q and self.owed and len(out) + len(batch) < D2H_IN_FLIGHT:
+            rec = _live(q.popleft(), _Rec.QUEUED)
+            if rec is None:
                 continue
             if not batch:
                 s.wait_event(gpu.record(gpu.compute))
@@ -577,9 +616,12 @@ class _Swapper:
                                          "", gpu.stats["swap_outs"]))
             rec.state = _Rec.OUT
             batch.append(rec)
+            self.owed -= 1
             self.swapped_bytes += rec.nbytes
             gpu.stats["swap_out_bytes"] += rec.nbytes
             gpu.stats["swap_outs"] += 1
+        if not q:
+            self.owed = 0             # nothing left on the device to move
         if batch:
             ev = gpu.record(s)
             for rec in batch:
@@ -593,15 +635,20 @@ class _Swapper:
             if rec.state == _Rec.OUT:
                 rec.state = _Rec.HOST
                 rec.dev = None                 # the device buffer goes back to the pool
-                if self.by_key.get(rec.key) is rec:
-                    del self.by_key[rec.key]
+                self._forget(rec)
+                self.host.append(weakref.ref(rec))
             elif rec.state == _Rec.GONE:
                 rec.dev = None
                 rec.host = None
         self.gpu.collect()
         self.pump()
 
-    def pop(self, rec: _Rec, below: list) -> Any:
+    def _forget(self, rec: _Rec) -> None:
+        ref = self.by_key.get(rec.key)
+        if ref is not None and ref() is rec:
+            del self.by_key[rec.key]
+
+    def pop(self, rec: _Rec) -> Any:
         gpu = self.gpu
         if _ACTIVE[0] is not gpu or _ACTIVE[1] != _ident():
             gpu.activate()
@@ -613,11 +660,12 @@ class _Swapper:
         if st == _Rec.IN and rec.ev_in is not self._waited_in:
             gpu.compute.wait_event(rec.ev_in)    # entries fetched together share one
             self._waited_in = rec.ev_in
+        if rec.ahead:
+            rec.ahead = False
+            self.ahead -= 1
         rec.refs -= 1
-        self.prefetched.discard(rec)
         if rec.refs == 0:
-            if self.by_key.get(rec.key) is rec:
-                del self.by_key[rec.key]
+            self._forget(rec)
             if st == _Rec.OUT:
                 rec.state = _Rec.GONE          # collect() drops it when the copy is done
             else:
@@ -626,16 +674,26 @@ class _Swapper:
                 rec.state = _Rec.GONE
                 rec.dev = None
                 rec.host = None
-        self._prefetch(below)
+        if self.owed and self.usage() < gpu.swap_threshold * gpu.capacity:
+            self.owed = 0                      # the backward pass is giving memory back
+        if self.host:
+            self._prefetch()
         if self.out:
             self.collect()
         return v
 
-    def _fetch(self, rec: _Rec, waited: list | None = None, batch: list | None = None) -> None:
-        """Copy a swapped entry back on the h2d stream. With `batch`, the entry joins it
-        and the caller (`_prefetch`) records one event for all of them."""
+    def _fetch(self, rec: _Rec, waited: list | None = None, batch: list | None = None) -> bool:
+        """Copy a swapped entry back on the h2d stream. With `batch` (a prefetch), the
+        entry joins it and the caller records one event for all of them, and a full
+        pool ends the prefetch (False) instead of making room."""
         gpu = self.gpu
-        dst = gpu.alloc(rec.shape, rec.dtype, "a swapped-in stack value")
+        if batch is None:
+            dst = gpu.alloc(rec.shape, rec.dtype, "a swapped-in stack value")
+        else:
+            try:
+                dst = gpu.cp.empty(rec.shape, rec.dtype)
+            except MemoryError:
+                return False
         s = gpu.h2d
         if waited is None or not waited[0]:
             gpu._copy_stream_after_compute(s)
@@ -653,32 +711,42 @@ class _Swapper:
         else:
             batch.append(rec)
         if waited is not None:
-            self.prefetched.add(rec)
+            rec.ahead = True
+            self.ahead += 1
+            self.ahead_refs.append(weakref.ref(rec))
         self.prefetched_bytes += rec.nbytes
         gpu.stats["swap_in_bytes"] += rec.nbytes
         gpu.stats["swap_ins"] += 1
+        return True
 
-    def _prefetch(self, below: list) -> None:
-        waited = [False]
-        batch: list = []
-        n = 0
+    def _prefetch(self) -> None:
+        """Bring back the next swapped entries the pops will want (the newest swapped):
+        up to PREFETCH_BATCH per call, while pool use stays under the swap threshold,
+        or, for the first PREFETCH_ITEMS ahead, under PREFETCH_MAX_USE of the budget."""
+        h = self.host
         gpu = self.gpu
         used = self.usage()
         if gpu.limit and used > 0.8 * gpu.limit:   # near the budget: a fresh reading
             used = self._used = gpu.used_bytes()
-        room = gpu.capacity * PREFETCH_MAX_USE - used
-        for k in range(len(below) - 1, -1, -1):
-            item = below[k]
-            if type(item) is not _Rec:
+        cap = gpu.capacity
+        hard = cap * PREFETCH_MAX_USE - used
+        soft = cap * gpu.swap_threshold - used
+        waited = [False]
+        batch: list = []
+        while h and len(batch) < PREFETCH_BATCH:
+            rec = _live(h[-1], _Rec.HOST)
+            if rec is None:
+                h.pop()
                 continue
-            if item.state == _Rec.HOST:
-                room -= item.nbytes
-                if room < 0:
-                    break        # near the budget: the pop itself fetches
-                self._fetch(item, waited, batch)
-            n += 1
-            if n >= PREFETCH_ITEMS:
+            n = rec.nbytes
+            if n > hard or (n > soft and self.ahead >= PREFETCH_ITEMS):
+                break        # near the budget: the pop itself fetches
+            if not self._fetch(rec, waited, batch):
                 break
+            h.pop()
+            hard -= n
+            soft -= n
+            self._used += n
         if batch:
             ev = gpu.record(gpu.h2d)
             for rec in batch:
@@ -686,29 +754,53 @@ class _Swapper:
 
     def evict_prefetched(self) -> bool:
         """Give back the device copies of values brought in ahead of their pop (their
-        host copies stay; the pop fetches them again)."""
-        if not self.prefetched:
+        host copies stay; a later prefetch or the pop fetches them again)."""
+        recs = [r for r in (ref() for ref in self.ahead_refs)
+                if r is not None and r.ahead and r.state == _Rec.IN and r.host is not None]
+        self.ahead_refs = []
+        self.ahead = 0
+        if not recs:
             return False
         self.gpu.h2d.synchronize()         # no copy may still write the buffers
-        for rec in self.prefetched:
-            if rec.state == _Rec.IN and rec.host is not None:
-                rec.dev = None
-                rec.ev_in = None
-                rec.state = _Rec.HOST
-        self.prefetched.clear()
+        for rec in reversed(recs):         # the first brought back is wanted first: last
+            rec.dev = None
+            rec.ev_in = None
+            rec.ahead = False
+            rec.state = _Rec.HOST
+            self.host.append(weakref.ref(rec))
         self.gpu.stats["evicted"] += 1
         return True
 
     def make_room(self) -> bool:
-        """Throttle: finish every pending swap-out so its device buffer is freed."""
-        if not self.queue and not self.out:
+        """Throttle: move out what is owed and up to RELIEF_BYTES more of the oldest
+        values still on the device, and wait until their device buffers are free."""
+        owed, extra, room = self.owed, 0, RELIEF_BYTES
+        for ref in self.resident:
+            rec = _live(ref, _Rec.QUEUED)
+            if rec is None:
+                continue
+            if owed:
+                owed -= 1
+            elif room > 0:
+                room -= rec.nbytes
+                extra += 1
+            else:
+                break
+        if not extra and not self.owed and not self.out:
             return False
-        while self.queue or self.out:
+        gpu = self.gpu
+        t0 = gpu.record(gpu.d2h) if gpu.tracing else None
+        self.owed += extra
+        while (self.owed and self.resident) or self.out:
             self.pump(force=True)
             if self.out:
                 self.out[-1][1].synchronize()
             self.collect()
-        self.gpu.stats["throttled"] += 1
+        self.owed = 0
+        gpu.stats["throttled"] += 1
+        if t0 is not None:       # the time the step stood still, on the d2h track
+            gpu.trace_events.append(("throttle: waiting for swap-outs", "Throttle", t0,
+                                     gpu.record(gpu.d2h), "d2h", "", gpu.stats["throttled"]))
         return True
 
 
@@ -732,7 +824,7 @@ class GpuStackStore(StackStore):
             raise OutOfRangeError(f"pop from empty stack '{self.name}'")
         v = items.pop()
         if type(v) is _Rec:
-            return self.gpu.swapper.pop(v, items)
+            return self.gpu.swapper.pop(v)
         return v
 
 
