@@ -6,7 +6,10 @@ out there. A device that holds Recvs inside a loop frame gets a control-loop sta
 machine for that frame: Enter -> Merge -> Switch(pred) -> NextIteration, fed by the
 loop predicate's value each iteration, whose Merge triggers the Recvs of every
 iteration and whose Switch ends the frame -- unless the device holds a loop variable's
-own machinery for that frame, whose Merge then triggers them. A control edge from a
+own machinery for that frame, whose Merge then triggers them, or receives a loop
+variable's body value (its pivot: dead in the last iteration only), which then drives
+the control loop instead of the predicate: Enter -> Merge -> the Recvs,
+NextIteration(that Recv), no predicate message and no Switch. A control edge from a
 loop's own per-iteration trigger (a loop variable's Merge, the body pivot) to another
 device is re-tied to the same trigger of that device's control loop instead of becoming
 a message.
@@ -78,6 +81,8 @@ def partition(ops: list[Operation], device_of: dict[Operation, str],
         part(d)
 
     recvs: dict[tuple, PNode] = {}
+    # (device, frame) -> a Recv there of a loop variable's body pivot of that frame
+    pivot_recvs: dict[tuple[str, str], PNode] = {}
 
     def cut(src: PNode, idx: int, dst_dev: str, control: bool = False) -> PNode:
         key = (id(src), idx, dst_dev, control)
@@ -96,6 +101,8 @@ def partition(ops: list[Operation], device_of: dict[Operation, str],
         part(src.device).nodes.append(send)
         part(dst_dev).nodes.append(r)
         recvs[key] = r
+        if not control and idx == 0 and _iteration_trigger(src) == 1 and src.frame == frame:
+            pivot_recvs.setdefault((dst_dev, frame), r)
         return r
 
     # A control edge from a loop's per-iteration trigger (a loop variable's Merge, or the
@@ -151,9 +158,28 @@ def partition(ops: list[Operation], device_of: dict[Operation, str],
                               kernel=OPS["Const"].kernel)
                 prt.nodes.append(start)
                 trigger = (start, 0)
+            base = f"_cl/{f}/{dev}"
+            driver = pivot_recvs.get((dev, f))
+            if driver is not None:
+                # The device receives a loop variable's body value in every iteration,
+                # dead in the last one only: that Recv drives the control loop instead
+                # of the predicate (Enter -> Merge -> its Recvs; NextIteration(driver)).
+                # A dead value ends the frame as the Switch's false branch would, and
+                # the driver stands in for the body pivot (nested loops, re-tied edges).
+                enter = PNode(f"{base}/Enter", "Enter", Kind.ENTER, parent, inputs=[trigger],
+                              attrs={"frame_name": f, "is_constant": False,
+                                     "parallel_iterations": pi}, device=dev)
+                merge = PNode(f"{base}/Merge", "Merge", Kind.MERGE, f, n_out=2, device=dev)
+                nxt = PNode(f"{base}/NextIteration", "NextIteration", Kind.NEXT_ITERATION, f,
+                            inputs=[(driver, 0)], device=dev)
+                merge.inputs = [(enter, 0), (nxt, 0)]
+                prt.nodes.extend([enter, merge, nxt])
+                cls[f] = driver
+                cl_nodes[(dev, f)] = (merge, driver)
+                prt.frame_parents[f] = (parent, pi)
+                continue
             pred = (pn[loop_cond], 0) if pn[loop_cond].device == dev else \
                 (cut(pn[loop_cond], 0, dev), 0)
-            base = f"_cl/{f}/{dev}"
             enter = PNode(f"{base}/Enter", "Enter", Kind.ENTER, parent, inputs=[trigger],
                           attrs={"frame_name": f, "is_constant": False,
                                  "parallel_iterations": pi}, device=dev)
