@@ -146,3 +146,97 @@ class FusedElementwise:
             return self.kernel(*args)
         except MemoryError:
             return self.slow(*args)
+
+
+# ------------------------------------------------------------------ CPU dense layers
+# On the CPU (numpy) a dense layer MatMul -> Add(bias) [-> Relu] costs three kernels,
+# each allocating its result. As grappler's remapper does for TF (_FusedMatMul), the frame
+# compiler emits one call for the chain when each inner op's only consumer is the next
+# (not fetched, no control edges): the bias is added into the product's fresh buffer and
+# the Relu applied there too. The same ufuncs run on the same values in the same
+# operand order, so the result is the same bits; a bias that would broadcast the product
+# to a larger shape, or of another dtype, takes the plain `product + bias`.
+
+class FusedOpError(Exception):
+    """An error of one op inside a fused call: `node` is the op that failed (the frame
+    compiler reports it under that op's name, as the unfused code would)."""
+
+    def __init__(self, node: Any, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.node = node
+        self.cause = cause
+
+
+def dense_groups(frame_nodes: list, gpu_of: dict,
+                 inputs_of: Any) -> dict[int, tuple[list, list, Any, None]]:
+    """MatMul -> Add [-> Relu] chains of host nodes of one frame: root node id ->
+    (absorbed nodes, leaves [x, w, bias] as (NodeInfo, output), fused callable, None)."""
+    ids = {n.id for n in frame_nodes}
+
+    def plain(p: Any, type_: str) -> bool:
+        return p.kind == Kind.KERNEL and p.type == type_ and p.id not in gpu_of and \
+            not p.pnode.control and p.n_out == 1
+
+    def sole_consumer(p: Any) -> Any:
+        if p.fetch or p.ctrl_outs or len(p.outs[0]) != 1:
+            return None
+        dst, _, is_merge = p.outs[0][0]
+        return None if is_merge or dst.id not in ids else dst
+
+    groups: dict[int, tuple[list, list, Any, None]] = {}
+    for mm in frame_nodes:
+        if not plain(mm, "MatMul"):
+            continue
+        add = sole_consumer(mm)
+        if add is None or not plain(add, "Add"):
+            continue
+        ins = inputs_of(add)
+        mm_ins = inputs_of(mm)
+        if len(ins) != 2 or any(i is None or i[0] is None for i in ins + mm_ins):
+            continue
+        if (ins[0][0] is mm) == (ins[1][0] is mm):
+            continue
+        bias_first = ins[1][0] is mm
+        bias = ins[0] if bias_first else ins[1]
+        relu = sole_consumer(add)
+        if relu is not None and not plain(relu, "Relu"):
+            relu = None
+        root = relu if relu is not None else add
+        absorbed = [mm, add] if relu is not None else [mm]
+        groups[root.id] = (absorbed, list(mm_ins) + [bias],
+                           _dense(mm.fn, add.fn, bias_first, relu is not None, mm, add), None)
+    return groups
+
+
+def _dense(mm_fn: Any, add_fn: Any, bias_first: bool, relu: bool, mm_node: Any,
+           add_node: Any) -> Any:
+    from dcf.ops.math_ops import _zeros_for
+
+    ndarray, generic, add, maximum = np.ndarray, np.generic, np.add, np.maximum
+
+    def dense(x: Any, w: Any, b: Any) -> Any:
+        try:
+            out = mm_fn(x, w)
+        except Exception as e:
+            raise FusedOpError(mm_node, e) from e
+        tb = type(b)
+        if type(out) is ndarray and (tb is ndarray or isinstance(b, generic)) and \
+                b.dtype == out.dtype and b.ndim <= out.ndim and \
+                b.shape == out.shape[out.ndim - b.ndim:]:
+            if bias_first:
+                add(b, out, out=out)
+            else:
+                add(out, b, out=out)
+        else:
+            try:
+                out = add_fn(b, out) if bias_first else add_fn(out, b)
+            except Exception as e:
+                raise FusedOpError(add_node, e) from e
+        if relu:
+            if type(out) is ndarray and out.ndim:
+                maximum(out, _zeros_for(out), out=out)
+            else:
+                out = maximum(out, 0)
+        return out
+
+    return dense

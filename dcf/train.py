@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from typing import Any
@@ -13,7 +14,7 @@ from dcf.graph import Operation, Tensor, get_default_graph
 from dcf.ops import array_ops, math_ops
 from dcf.ops.control_ops import group, placeholder
 from dcf.ops.registry import convert_to_tensor
-from dcf.ops.state_ops import Variable, global_variables, trainable_variables
+from dcf.ops.state_ops import Variable, apply_adam, global_variables, trainable_variables
 
 __all__ = ["Optimizer", "GradientDescentOptimizer", "AdamOptimizer", "Saver"]
 
@@ -88,11 +89,18 @@ class AdamOptimizer(Optimizer):
             lr_t = self.learning_rate * math_ops.sqrt(1.0 - nb2) / (1.0 - nb1)
             updates = []
             for gr, var in pairs:
+                # one fused op per variable (TF's ResourceApplyAdam): the moments are
+                # updated in place, with the float operations of the formula above
                 m, v = self._slot(var)
+                lr = math_ops.cast(lr_t, var.dtype)
+                if var.device == m.device == v.device:
+                    updates.append(apply_adam(var, m, v, lr, gr, self.beta1, self.beta2,
+                                              self.epsilon))
+                    continue
+                # moments placed elsewhere (see _slot): the same update op by op
                 m_new = m.assign(m * self.beta1 + gr * (1.0 - self.beta1))
                 v_new = v.assign(v * self.beta2 + math_ops.square(gr) * (1.0 - self.beta2))
-                step = math_ops.cast(lr_t, var.dtype) * m_new / (math_ops.sqrt(v_new)
-                                                                 + self.epsilon)
+                step = lr * m_new / (math_ops.sqrt(v_new) + self.epsilon)
                 updates.append(var.assign_sub(step))
             return group(*updates, name="update")
 
@@ -100,9 +108,14 @@ class AdamOptimizer(Optimizer):
         s = self._slots.get(var)
         if s is None:
             shape = var.shape if var.shape is not None else ()
-            s = (Variable(np.zeros(shape, var.dtype.np), name=f"{var.name}/Adam", trainable=False),
-                 Variable(np.zeros(shape, var.dtype.np), name=f"{var.name}/Adam_1",
-                          trainable=False))
+            # the moments live with their variable (as TF's slots are colocated with it):
+            # the update is one op reading all three handles, which must share a process
+            dev = var.device
+            with var.graph.device(dev) if dev else contextlib.nullcontext():
+                s = (Variable(np.zeros(shape, var.dtype.np), name=f"{var.name}/Adam",
+                              trainable=False),
+                     Variable(np.zeros(shape, var.dtype.np), name=f"{var.name}/Adam_1",
+                              trainable=False))
             self._slots[var] = s
         return s
 

@@ -1355,8 +1355,30 @@ def _bind_one_hot(xp, *, depth, axis):
         return None
     ar = np.arange(depth)
     where, moveaxis, copysign = np.where, np.moveaxis, math.copysign
+    # Indices of <= 32 bits along the last axis: rows of a (depth+1, depth) table of
+    # on/off values, taken with mode="clip" on the indices viewed as unsigned (negative
+    # or >= depth -> the last, all-off row): the values where(hot, on, off) gives, in one
+    # take (~0.6 us instead of ~2.5 us for 64 indices, depth 2). The table is kept for
+    # the last on/off objects seen (the hoisted Consts of a compiled run).
+    eye = np.eye(depth + 1, depth, dtype=bool) if 0 < depth <= 1024 else None
+    last: list = [(None, None, None)]
+    unsigned = {"b": np.uint8, "h": np.uint16, "i": np.uint32, "B": None, "H": None,
+                "I": None}
+    if np.dtype(np.intc).itemsize == 4 and np.dtype("l").itemsize == 4:
+        unsigned.update(l=np.uint32, L=None)
+
+    def by_table(indices, on, off):
+        c_on, c_off, table = last[0]
+        if on is not c_on or off is not c_off:
+            table = where(eye, on, off)
+            last[0] = (on, off, table)
+        u = unsigned[indices.dtype.char]
+        return table.take(indices if u is None else indices.view(u), axis=0, mode="clip")
 
     def one_hot(indices, on, off):
+        if eye is not None and type(indices) is np.ndarray and indices.ndim and \
+                indices.dtype.char in unsigned and axis in (-1, indices.ndim):
+            return by_table(indices, on, off)
         hot = np.expand_dims(indices, -1) == ar if type(indices) is not np.ndarray else \
             indices[..., None] == ar
         if axis != -1 and axis != hot.ndim - 1:

@@ -43,7 +43,7 @@ from dcf.ops.array_ops import (
     strided_slice,
     zeros_like,
 )
-from dcf.ops.gpu_kernels import sum_gpu
+from dcf.ops.gpu_kernels import matmul_gpu, sum_gpu
 from dcf.ops.registry import (
     OpDef,
     RegisterGradient,
@@ -234,6 +234,61 @@ def _sigmoid_grad(xp, y, dy):
     return out
 
 
+# Zero arrays shaped like a kernel's input (read-only, shared). numpy's SIMD loops for
+# maximum and the comparisons run only when both operands are contiguous arrays of one
+# shape: np.maximum(x, 0) on a 64x64 float32 x takes ~2.3 us, np.maximum(x, zeros) ~0.9 us,
+# with the same result bit for bit (the same ufunc loop on the same values).
+_ZEROS: dict = {}
+
+
+def _zeros_for(x: np.ndarray) -> np.ndarray:
+    key = (x.shape, x.dtype.char)
+    z = _ZEROS.get(key)
+    if z is None:
+        if len(_ZEROS) >= 256:   # many shapes (dynamic batch sizes): start over
+            _ZEROS.clear()
+        z = np.zeros(x.shape, x.dtype)
+        z.flags.writeable = False
+        _ZEROS[key] = z
+    return z
+
+
+def _relu(xp, x):
+    return xp.maximum(x, 0)
+
+
+@_binds(_relu)
+def _bind_relu(xp):
+    if xp is not np:
+        return None
+    maximum, ndarray, zeros_for = np.maximum, np.ndarray, _zeros_for
+
+    def relu(x):
+        if type(x) is not ndarray or not x.ndim:
+            return maximum(x, 0)
+        return maximum(x, zeros_for(x))
+
+    return relu
+
+
+def _relu_grad(xp, dy, y):
+    return dy * (y > 0)
+
+
+@_binds(_relu_grad)
+def _bind_relu_grad(xp):
+    if xp is not np:
+        return None
+    multiply, greater, ndarray, zeros_for = np.multiply, np.greater, np.ndarray, _zeros_for
+
+    def relu_grad(dy, y):
+        if type(y) is not ndarray or not y.ndim or type(dy) is not ndarray:
+            return dy * (y > 0)
+        return multiply(dy, greater(y, zeros_for(y)))   # dy * (y > 0), same ufunc loops
+
+    return relu_grad
+
+
 # numpy scalar types whose Python comparisons are numpy's own
 _REAL_SCALARS = frozenset({np.float16, np.float32, np.float64, np.int8, np.int16, np.int32,
                            np.int64, np.uint8, np.uint16, np.uint32, np.uint64, np.bool_})
@@ -280,7 +335,7 @@ _BINARY = [
     # fused backward ops of tanh/sigmoid/relu: (y, dy) and (dy, y)
     ("TanhGrad",   _tanh_grad,                           "float",   False),
     ("SigmoidGrad", _sigmoid_grad,                       "float",   False),
-    ("ReluGrad",   lambda xp, dy, y: dy * (y > 0),       "numeric", False),
+    ("ReluGrad",   _relu_grad,                           "numeric", False),
 ]
 # fmt: on
 for _type, _kernel, _kind, _bool_out in _BINARY:
@@ -408,7 +463,7 @@ _UNARY = [
      lambda op, g, x, y: apply("TanhGrad", [y, g])),
     ("Sigmoid",    _sigmoid,                             "float",
      lambda op, g, x, y: apply("SigmoidGrad", [y, g])),
-    ("Relu",       lambda xp, x: xp.maximum(x, 0),       "numeric",
+    ("Relu",       _relu,                                "numeric",
      lambda op, g, x, y: apply("ReluGrad", [g, y])),
     ("Softplus",   lambda xp, x: xp.logaddexp(x, 0),     "float",   lambda op, g, x, y: g * sigmoid(x)),
     ("Sin",        lambda xp, x: xp.sin(x),              "float",   lambda op, g, x, y: g * cos(x)),
@@ -764,7 +819,8 @@ def _bind_matmul(xp, *, transpose_a, transpose_b):
     return lambda a, b: a.T @ b.T
 
 
-register(OpDef("MatMul", infer=_matmul_infer, kernel=_matmul))
+register(OpDef("MatMul", infer=_matmul_infer, kernel=_matmul,
+               gpu_kernel=matmul_gpu(_matmul)))
 register(OpDef("BatchMatMulV2", infer=_batch_matmul_infer, kernel=_batch_matmul))
 
 
@@ -879,11 +935,16 @@ def _reducer(method: str, dtype_rule: str):
         reduce = ufunc.reduce
         same = dtype_rule == "same"
 
+        small = _small_last_axis(ufunc, method, axis, keepdims)
+
         # x.sum(...) / x.max(...) are these same ufunc reductions, reached through
         # numpy's Python wrappers (_methods.py)
         def reducer(x, *dyn):
             if dyn or type(x) is not np.ndarray:
                 return kernel(xp, x, *dyn, axis=axis, keepdims=keepdims)
+            if small is not None and x.ndim == 2 and 2 <= x.shape[1] <= 4 and \
+                    x.dtype.char in small:
+                return _reduce_columns(ufunc, x, method == "sum")
             if same:
                 out = reduce(x, axis=axis, dtype=x.dtype, keepdims=keepdims)
             else:
@@ -896,6 +957,33 @@ def _reducer(method: str, dtype_rule: str):
 
 
 _REDUCE_UFUNC = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+def _small_last_axis(ufunc: Any, method: str, axis: Any, keepdims: bool) -> str | None:
+    """The dtype chars for which a reduction of a [n, k<=4] array over its last axis is
+    done column by column (see _reduce_columns), or None where it never is."""
+    if keepdims or axis not in ((1,), (-1,)):
+        return None
+    if method in ("max", "min"):
+        return "efdgbhilqBHILQ"     # exact: the same comparisons, any order
+    if method == "sum":
+        return "fd"                 # float16 sums accumulate in float32 inside numpy
+    return None
+
+
+def _reduce_columns(ufunc: Any, x: np.ndarray, is_sum: bool) -> np.ndarray:
+    """ufunc.reduce(x, axis=1) of a [n, k] array with 2 <= k <= 4 as k-1 ufunc calls on
+    its columns (~0.7 us instead of 1.8-3.2 us for n=64, k=2): numpy's reduction of a
+    short contiguous axis runs the inner loop once per row. Same bits: max/min compare
+    the same values (NaNs win either way); a float sum of k < 8 terms is numpy's
+    x0 + (0.0 + x1 + ... ) -- sequential from x0, except that numpy's pairwise loop
+    starts from +0.0, which only turns a sum of all -0.0 into +0.0: the final + 0.0."""
+    out = ufunc(x[:, 0], x[:, 1])
+    for j in _pyrange(2, x.shape[1]):
+        ufunc(out, x[:, j], out=out)
+    if is_sum:
+        np.add(out, x.dtype.type(0.0), out=out)
+    return out
 
 
 def _bind_mean(kernel: Any, axis: Any, keepdims: bool) -> Any:

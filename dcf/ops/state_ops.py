@@ -129,6 +129,102 @@ def _own_buffer(handle) -> Any:
     return old.copy()
 
 
+def _writable(handle) -> Any:
+    """The variable's buffer when it may be overwritten in place (see _own_buffer), else
+    None (the caller then computes into a new array). The caller must hold no other
+    reference to the buffer when it calls this."""
+    old = handle.value
+    if old is None:
+        raise _uninitialized(handle)
+    if type(old) is np.ndarray and old.base is None and old.flags.writeable and \
+            _refs(old) <= _EXCLUSIVE_REFS:
+        return old
+    return None
+
+
+# ------------------------------------------------------------------ Adam
+# One op per variable for Adam's update (TF's ResourceApplyAdam): the moments are
+# updated in their own buffers when nothing else refers to them, and the same float
+# operations run in the same order as the op-by-op graph AdamOptimizer used to build
+# (so the results are the same bits):
+#     m <- m * beta1 + g * (1 - beta1);  v <- v * beta2 + (g * g) * (1 - beta2)
+#     var <- var - (lr_t * m) / (sqrt(v) + epsilon)
+# lr_t (the bias-corrected rate, a scalar of var's dtype) is an input. Each constant
+# is rounded to var's dtype from the Python float, as the graph's constants were.
+def _adam_update(xp, beta1, beta2, epsilon, dtype):
+    t = np.dtype(dtype.np).type
+    b1, c1, b2, c2, eps = (t(beta1), t(1.0 - beta1), t(beta2), t(1.0 - beta2),
+                           t(epsilon))
+    multiply, add, sqrt = xp.multiply, xp.add, xp.sqrt
+
+    def apply_adam(var_h, m_h, v_h, lr, grad):
+        for h in (var_h, m_h, v_h):
+            if h.value is None:
+                raise _uninitialized(h)
+        shape = getattr(grad, "shape", ())
+        if not shape or var_h.value.shape != shape or m_h.value.shape != shape or \
+                v_h.value.shape != shape:
+            # scalars, or shapes that broadcast: the graph's expressions as they are
+            m_new = m_h.value * b1 + grad * c1
+            m_h.value = m_new
+            v_new = v_h.value * b2 + (grad * grad) * c2
+            v_h.value = v_new
+            new = var_h.value - (lr * m_new) / (sqrt(v_new) + eps)
+            var_h.value = new
+            return new
+        # (_writable runs while this frame holds no reference to the buffer it checks)
+        buf = _writable(m_h)
+        m_new = multiply(m_h.value if buf is None else buf, b1, out=buf)
+        tmp = multiply(grad, c1)
+        add(m_new, tmp, out=m_new)
+        m_h.value = m_new
+        buf = _writable(v_h)
+        v_new = multiply(v_h.value if buf is None else buf, b2, out=buf)
+        multiply(grad, grad, out=tmp)
+        multiply(tmp, c2, out=tmp)
+        add(v_new, tmp, out=v_new)
+        v_h.value = v_new
+        multiply(lr, m_new, out=tmp)
+        den = sqrt(v_new)
+        add(den, eps, out=den)
+        xp.divide(tmp, den, out=tmp)
+        buf = _writable(var_h)
+        new = xp.subtract(var_h.value if buf is None else buf, tmp, out=buf)
+        var_h.value = new
+        return new
+
+    return apply_adam
+
+
+def _apply_adam_kernel(xp, var_h, m_h, v_h, lr, grad, *, beta1, beta2, epsilon, dtype):
+    return _adam_update(xp, beta1, beta2, epsilon, dtype)(var_h, m_h, v_h, lr, grad)
+
+
+_apply_adam_kernel.bind = _adam_update  # type: ignore[attr-defined]
+
+
+def _apply_adam_infer(var: TensorType, m: TensorType, v: TensorType, lr: TensorType,
+                      grad: TensorType, *, beta1, beta2, epsilon, dtype) -> TensorType:
+    if grad.dtype is not dtype or lr.dtype is not dtype:
+        raise TypeError(f"ResourceApplyAdam: gradient and learning rate must be {dtype}, "
+                        f"got {grad} and {lr}")
+    if lr.shape not in ((), None):
+        raise InvalidArgumentError(f"ResourceApplyAdam: the learning rate must be a scalar, "
+                                   f"got {lr}")
+    return TensorType(dtype, grad.shape)
+
+
+def apply_adam(var: Variable, m: Variable, v: Variable, lr: Any, grad: Any, beta1: float,
+               beta2: float, epsilon: float, name: str | None = None) -> Tensor:
+    """Adam's update of `var` with moment Variables m and v and bias-corrected rate lr
+    (see _apply_adam_kernel); returns var's new value."""
+    grad = convert_to_tensor(grad, dtype=var.dtype)
+    lr = convert_to_tensor(lr, dtype=var.dtype)
+    return apply("ResourceApplyAdam", [var.handle, m.handle, v.handle, lr, grad],
+                 name=name or f"{_leaf(var.name)}/ApplyAdam", beta1=float(beta1),
+                 beta2=float(beta2), epsilon=float(epsilon), dtype=var.dtype)
+
+
 def _scatter_update_kernel(xp, handle, indices, updates, *, dtype, mode, shape=None):
     new = _own_buffer(handle)
     if mode == "update":
@@ -179,8 +275,10 @@ register(OpDef("AssignSubVariableOp", infer=_value_infer, kernel=_assign_sub_ker
                stateful=True))
 register(OpDef("ResourceScatter", infer=lambda h, i, u, *, dtype, mode, shape:
                TensorType(dtype, shape), kernel=_scatter_update_kernel, stateful=True))
+register(OpDef("ResourceApplyAdam", infer=_apply_adam_infer, kernel=_apply_adam_kernel,
+               stateful=True))
 not_differentiable("VarHandleOp", "ReadVariableOp", "AssignVariableOp", "AssignAddVariableOp",
-                   "AssignSubVariableOp", "ResourceScatter")
+                   "AssignSubVariableOp", "ResourceScatter", "ResourceApplyAdam")
 
 
 class Variable:
