@@ -464,6 +464,32 @@ def _host(v: Any) -> Any:
     return v
 
 
+def _first_line(e: BaseException) -> str:
+    """"Type: first line of the message" (Ray's errors run to many lines)."""
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
+
+
+def _ray_options(resources: dict | None) -> dict:
+    """`Cluster.ray`'s resources_per_worker as Ray actor options."""
+    res = dict(resources or {})
+    for k, v in res.items():
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
+            raise ValueError(f"resources_per_worker[{k!r}] must be a number >= 0, got {v!r}")
+    opts: dict[str, Any] = {}
+    for key, names in (("num_cpus", ("CPU", "num_cpus")), ("num_gpus", ("GPU", "num_gpus")),
+                       ("memory", ("memory",))):
+        given = [n for n in names if n in res]
+        if len(given) > 1:
+            raise ValueError(f"resources_per_worker names {given[0]!r} and {given[1]!r}")
+        if given:
+            opts[key] = res.pop(given[0])
+    opts.setdefault("num_cpus", 1)
+    if res:
+        opts["resources"] = res
+    return opts
+
+
 def _describe_exit(code: int | None) -> str:
     if code is None:
         return "no exit status"
@@ -579,38 +605,93 @@ class Cluster:
     def ray(cls, num_workers: int, resources_per_worker: dict | None = None, *,
             heartbeat_timeout_s: float = 5.0, start_timeout_s: float = 120.0) -> Cluster:
         """Start `num_workers` workers as actors of the current Ray cluster (``ray.init``
-        is called if needed). Tensors still travel over ZeroMQ; the secret travels as an
-        actor argument over Ray's own channel."""
+        is called if needed): Ray places them on its nodes, schedules and supervises them;
+        tensors still travel over ZeroMQ between the workers, never through Ray.
+
+        resources_per_worker: what each actor asks Ray for, ``{"CPU": 1}`` by default;
+            "CPU"/"num_cpus", "GPU"/"num_gpus" and "memory" (bytes) are Ray's own, any
+            other key a custom resource. Ray sets a GPU worker's CUDA_VISIBLE_DEVICES.
+
+        The control channel is signed with a fresh secret, as for `Cluster.local`; it
+        reaches the actors as a constructor argument over Ray's own (authenticated)
+        channel. Where every Ray node is this host, the workers and the client bind to
+        127.0.0.1, else to their nodes' IPs. An actor that Ray loses (``ray.kill``, a
+        crash, a dead node) makes runs raise `WorkerError` naming its task; closing the
+        cluster kills the actors. A worker that does not start within `start_timeout_s`
+        (e.g. resources the Ray cluster cannot grant) raises `WorkerError`.
+        """
+        if num_workers < 1:
+            raise ValueError(f"num_workers must be >= 1, got {num_workers}")
         try:
             import ray
         except ImportError as e:
             raise ImportError("Cluster.ray needs ray: pip install 'dcf[ray]'") from e
         from dcf.worker import ray_worker_class
 
+        options = _ray_options(resources_per_worker)
         if not ray.is_initialized():
             ray.init()
+        here = ray.util.get_node_ip_address()
+        loopback = all(n.get("NodeManagerAddress") == here
+                       for n in ray.nodes() if n.get("Alive"))
+        ip = "127.0.0.1" if loopback else (f"[{here}]" if ":" in here else here)
         self = cls.__new__(cls)
         secret = secrets.token_bytes(32)
-        ip = ray.util.get_node_ip_address()
         self._setup(secret, None, f"tcp://{ip}:*", heartbeat_timeout_s)
         actor_cls = ray_worker_class(ray)
-        opts = dict(resources_per_worker or {})
-        num_cpus = opts.pop("CPU", 1)
-        num_gpus = opts.pop("GPU", 0)
-        self._ray_actors = [actor_cls.options(num_cpus=num_cpus, num_gpus=num_gpus,
-                                              resources=opts or None).remote(k, secret,
-                                                                             heartbeat_timeout_s)
-                            for k in range(num_workers)]
         try:
-            addresses = ray.get([a.address.remote() for a in self._ray_actors],
-                                timeout=start_timeout_s)
-            for k, a in enumerate(addresses):
-                self._add_worker("worker", k, a)
-            self._connect(start_timeout_s, attach=True)
+            for k in range(num_workers):
+                self._ray_actors.append(actor_cls.options(**options).remote(
+                    k, secret, heartbeat_timeout_s, loopback))
+            deadline = time.monotonic() + start_timeout_s
+            refs = [a.address.remote() for a in self._ray_actors]
+            for k, ref in enumerate(refs):
+                try:
+                    address = ray.get(ref, timeout=max(0.0, deadline - time.monotonic()))
+                except ray.exceptions.GetTimeoutError:
+                    raise WorkerError(
+                        f"Ray did not start worker /job:worker/task:{k} within "
+                        f"{start_timeout_s:g} s (asked for {options}; does the Ray cluster "
+                        f"have them free?)") from None
+                except ray.exceptions.RayError as e:
+                    raise WorkerError(f"worker /job:worker/task:{k} failed to start as a "
+                                      f"Ray actor: {_first_line(e)}") from e
+                self._add_worker("worker", k, address)
+            self._connect(max(1.0, deadline - time.monotonic()), attach=True)
+            for k, a in enumerate(self._ray_actors):
+                fut = a.serve.remote().future()
+                fut.add_done_callback(
+                    lambda f, name=f"/job:worker/task:{k}": self._ray_ended(name, f))
+                self._ray_served.append(fut)
         except BaseException:
             self.close()
             raise
         return self
+
+    def _ray_ended(self, name: str, fut: Any) -> None:
+        """A Ray worker's serve() ended (on a Ray thread): unless we are closing, Ray lost
+        the actor; fail its steps now."""
+        if self._closed:
+            return
+        try:
+            fut.result()
+            reason = "stopped"
+        except BaseException as e:  # noqa: BLE001 - turned into the worker's reason
+            reason = f"was lost to Ray ({_first_line(e)})"
+
+        def lost() -> None:
+            w = self._client.workers.get(name)
+            if w is None:
+                return
+            if w.alive:
+                self._client.lost(name, reason)
+            elif not w.exited:   # already silent: now known gone for good
+                w.exited = True
+                w.reason = reason
+                self._client.transport.remove_peer(name)
+
+        with contextlib.suppress(RuntimeError):   # the loop is closed: so are we
+            self._io.loop.call_soon_threadsafe(lost)
 
     # ---------------------------------------------------------- plumbing
     def _setup(self, secret: bytes | None, curve: tuple | None, bind: str,
@@ -619,6 +700,7 @@ class Cluster:
         self._ipc_dir: str | None = getattr(self, "_ipc_dir", None)
         self._owns_workers = False
         self._ray_actors: list = []
+        self._ray_served: list = []   # serve() futures of Ray workers
         self._io = LoopThread("dcf-cluster-io")
         self._client = _Client(f"client-{secrets.token_hex(4)}", secret, curve, bind,
                                heartbeat_timeout_s)
@@ -677,6 +759,8 @@ class Cluster:
             return
         self._closed = True
         atexit.unregister(self._atexit)
+        if self._ray_actors:
+            self._close_ray()
         try:
             self._io.call(self._client.close(shutdown=self._owns_workers or
                                              bool(self._ray_actors)), timeout=10)
@@ -693,14 +777,23 @@ class Cluster:
         _reap(procs)
         if self._ipc_dir:
             shutil.rmtree(self._ipc_dir, ignore_errors=True)
-        if self._ray_actors:
-            try:
-                import ray
 
-                for a in self._ray_actors:
-                    ray.kill(a)
-            except Exception as e:  # noqa: BLE001 - carry on tearing down
-                log.debug("cluster close: %s", e)
+    def _close_ray(self, grace_s: float = 10.0) -> None:
+        """Kill the Ray actors and wait (bounded) until Ray reports each one gone (its
+        serve() call fails then); steps in flight fail as the client closes."""
+        import concurrent.futures
+
+        try:
+            import ray
+
+            if not ray.is_initialized():   # ray.shutdown() took the actors with it
+                return
+            for a in self._ray_actors:
+                ray.kill(a, no_restart=True)
+        except Exception as e:  # noqa: BLE001 - carry on tearing down
+            log.debug("cluster close: %s", e)
+            return
+        concurrent.futures.wait(self._ray_served, timeout=grace_s)
 
     # -------------------------------------------------- session interface
     def _process_of(self, device: str) -> str:

@@ -579,14 +579,21 @@ def _start_profile(task: int) -> Any:
 
 
 def ray_worker_class(ray: Any) -> Any:
-    """The Ray actor class `Cluster.ray` starts: a WorkerHost on a loop thread."""
+    """The Ray actor class `Cluster.ray` starts: a `WorkerHost` on a loop thread of the
+    actor's process, bound to 127.0.0.1 (every Ray node on the client's host) or to its
+    node's IP. `serve()` returns once the client shuts the worker down; the client keeps
+    its reference, so an actor lost to Ray (``ray.kill``, a crash, a lost node) fails
+    that reference at once, before heartbeats would tell."""
 
     class RayWorker:
-        def __init__(self, task: int, secret: bytes, heartbeat_timeout_s: float) -> None:
+        def __init__(self, task: int, secret: bytes, heartbeat_timeout_s: float,
+                     loopback: bool) -> None:
             from dcf.actors.remote import LoopThread
 
-            ip = ray.util.get_node_ip_address()
-            self._io = LoopThread("dcf-ray-worker")
+            ip = "127.0.0.1" if loopback else ray.util.get_node_ip_address()
+            if ":" in ip:
+                ip = f"[{ip}]"
+            self._io = LoopThread(f"dcf-ray-worker-{task}")
             self._host = WorkerHost(task=task, bind=f"tcp://{ip}:*", secret=secret,
                                     heartbeat_timeout_s=heartbeat_timeout_s)
             self._io.call(self._host.start())
@@ -594,10 +601,19 @@ def ray_worker_class(ray: Any) -> Any:
         def address(self) -> str:
             return self._host.address
 
-        def pid(self) -> int:
-            return os.getpid()
+        def serve(self) -> None:
+            host = self._host
 
-    return ray.remote(RayWorker)
+            async def until_stopped() -> None:
+                assert host.stopped is not None
+                await host.stopped.wait()
+                await host.close()
+
+            self._io.call(until_stopped())
+            self._io.stop()
+
+    # two calls at once: serve() runs for the actor's life, address() beside it
+    return ray.remote(max_concurrency=2)(RayWorker)
 
 
 if __name__ == "__main__":
