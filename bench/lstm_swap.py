@@ -106,20 +106,37 @@ def _warm(step, cpu: bool) -> tuple[int | None, str]:
         return None, "OOM: " + msg
 
 
-def _measure_paired(steps: dict, L: int, repeat: int, cpu: bool) -> dict:
+def _measure_paired(steps: dict, L: int, repeat: int, cpu: bool,
+                    ratios: dict | None = None) -> dict:
     """(stats per loop iteration, peak bytes, status) of each system's `step()` at
     length L, their timed runs interleaved (A B B A A B ...), so that drift of the host
-    or the card over a run falls on all of them alike: {name: (stats, peak, status)}."""
+    or the card over a run falls on all of them alike: {name: (stats, peak, status)}.
+    Each timed run starts after a garbage collection, with the collector off (as
+    timeit does). With `ratios`, ratios[name] gets each round's time over the first
+    system's in the same round (the paired estimate: a round's two runs are
+    neighbours, so slow drift cancels in the ratio)."""
+    import gc
+
     warm = {n: _warm(f, cpu) for n, f in steps.items()}
     live = [n for n, (_, st) in warm.items() if st == "ok"]
     for n in live:          # a second untimed run each, after every warm-up's allocations
         steps[n]()
     samples: dict = {n: [] for n in live}
-    for r in range(repeat):
-        for n in (live if r % 2 == 0 else live[::-1]):
-            t0 = time.perf_counter()
-            steps[n]()
-            samples[n].append((time.perf_counter() - t0) / L)
+    try:
+        for r in range(repeat):
+            for n in (live if r % 2 == 0 else live[::-1]):
+                gc.collect()
+                gc.disable()
+                t0 = time.perf_counter()
+                steps[n]()
+                samples[n].append((time.perf_counter() - t0) / L)
+                gc.enable()
+    finally:
+        gc.enable()
+    if ratios is not None and live:
+        first = samples[live[0]]
+        for n in live[1:]:
+            ratios[n] = [a / b for a, b in zip(samples[n], first)]
     return {n: ((Stats.from_samples(samples[n]), peak, "ok") if n in samples
                 else (None, None, st)) for n, (peak, st) in warm.items()}
 
@@ -345,8 +362,11 @@ def main(argv: list[str] | None = None) -> dict:
                 xv = _input(L, B, D, cpu)
                 for n in todo:
                     moved[n] = {}
+                pair: dict = {}
                 got = _measure_paired({n: counted(n, functools.partial(m.step, xv))
-                                       for n, m in todo.items()}, L, repeat, cpu)
+                                       for n, m in todo.items()}, L, repeat, cpu, pair)
+                for n, rs in pair.items():
+                    config.setdefault("paired_ratios", {}).setdefault(n, {})[L] = rs
                 for n, row in got.items():
                     systems[n][L] = row
                     if not cpu:
@@ -435,7 +455,7 @@ def _finish(systems: dict, config: dict, budget: Any, args: Any, cpu: bool, B: i
         results.append(Result(name, "longest sequence that fits", longest[name],
                               longest[name], longest[name], "steps"))
     config["status"] = status
-    ratios = _ratios(systems, longest)
+    ratios = _ratios(systems, longest, config.get("paired_ratios", {}))
     payload = report(BENCH, config, results, ratios, args.out)
     png = args.png or (args.out[:-5] + ".png" if args.out and args.out.endswith(".json") else
                        None)
@@ -482,13 +502,16 @@ def _med(systems: dict, name: str, L: int) -> float | None:
     return r[0].median * 1e3 if r is not None and r[0] is not None else None
 
 
-def _ratios(systems: dict, longest: dict) -> dict:
+def _ratios(systems: dict, longest: dict, paired: dict) -> dict:
     out: dict[str, Any] = {}
     lengths = sorted({L for rows in systems.values() for L in rows})
     for L in lengths:
         a, b = _med(systems, "dcf", L), _med(systems, "dcf swap", L)
         if a and b:
             out[f"swap overhead L={L}"] = b / a - 1
+        rs = paired.get("dcf swap", {}).get(L)
+        if rs:        # the median of the rounds' own ratios: drift between rounds cancels
+            out[f"swap overhead, paired L={L}"] = float(np.median(rs)) - 1
         c = _med(systems, "dcf swap all", L)
         if a and c:
             out[f"swap-all overhead L={L}"] = c / a - 1

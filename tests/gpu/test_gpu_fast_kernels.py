@@ -120,3 +120,34 @@ def test_fused_gates_with_an_addend_equal_numpy(addend):
     want = _gates_numpy(z if b is None else z + b, c, 1.0)
     np.testing.assert_allclose(got[0], want[0], rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(got[1], want[1], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+@pytest.mark.parametrize("ta", [False, True])
+@pytest.mark.parametrize("tb", [False, True])
+@pytest.mark.parametrize("mkn", [(64, 48, 80), (1, 512, 2048), (256, 1, 3), (300, 1024, 1)])
+def test_matmul_as_one_gemm_equals_float64_numpy(dt, ta, tb, mkn):
+    m, k, n = mkn
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((k, m) if ta else (m, k)).astype(dt)
+    b = rng.standard_normal((n, k) if tb else (k, n)).astype(dt)
+    got = _run(lambda p, q: [dcf.matmul(p, q, transpose_a=ta, transpose_b=tb),
+                             # a non-contiguous operand (a slice) takes the generic body
+                             dcf.matmul(p[:, :], q, transpose_a=ta, transpose_b=tb)], [a, b])
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    want = (a64.T if ta else a64) @ (b64.T if tb else b64)
+    bound = np.abs(a64.T if ta else a64) @ np.abs(b64.T if tb else b64)
+    eps = np.finfo(dt).eps
+    for g in got:
+        assert g.shape == (m, n) and g.dtype == dt
+        assert np.all(np.abs(g - want) <= 4 * k * eps * bound + 1e-30)
+
+
+def test_matmul_of_empty_and_mismatched_operands():
+    a = np.ones((3, 0), np.float32)
+    b = np.ones((0, 4), np.float32)
+    got = _run(lambda p, q: dcf.matmul(p, q), [a, b])
+    np.testing.assert_array_equal(got, np.zeros((3, 4), np.float32))
+    with pytest.raises(Exception):
+        _run(lambda p, q: dcf.matmul(p, q),
+             [np.ones((3, 2), np.float32), np.ones((3, 2), np.float32)])
