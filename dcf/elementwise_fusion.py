@@ -154,8 +154,8 @@ class FusedElementwise:
 # compiler emits one call for the chain when each inner op's only consumer is the next
 # (not fetched, no control edges): the bias is added into the product's fresh buffer and
 # the Relu applied there too. The same ufuncs run on the same values in the same
-# operand order, so the result is the same bits; a bias that would broadcast the product
-# to a larger shape, or of another dtype, takes the plain `product + bias`.
+# operand order, so the result is the same bits. Only a [n, k] product and a [k] bias
+# of its dtype take that path; any other bias goes through the Add op's kernel.
 
 class FusedOpError(Exception):
     """An error of one op inside a fused call: `node` is the op that failed (the frame
@@ -212,22 +212,20 @@ def _dense(mm_fn: Any, add_fn: Any, bias_first: bool, relu: bool, mm_node: Any,
            add_node: Any) -> Any:
     from dcf.ops.math_ops import _zeros_for
 
-    ndarray, generic, add, maximum = np.ndarray, np.generic, np.add, np.maximum
+    ndarray, add, maximum = np.ndarray, np.add, np.maximum
 
     def dense(x: Any, w: Any, b: Any) -> Any:
         try:
             out = mm_fn(x, w)
         except Exception as e:
             raise FusedOpError(mm_node, e) from e
-        tb = type(b)
-        if type(out) is ndarray and (tb is ndarray or isinstance(b, generic)) and \
-                b.dtype == out.dtype and b.ndim <= out.ndim and \
-                b.shape == out.shape[out.ndim - b.ndim:]:
+        if type(out) is ndarray and type(b) is ndarray and b.ndim == 1 and \
+                out.ndim == 2 and b.shape[0] == out.shape[1] and b.dtype == out.dtype:
             if bias_first:
                 add(b, out, out=out)
             else:
                 add(out, b, out=out)
-        else:
+        else:             # any other bias: the Add op's own kernel, as unfused
             try:
                 out = add_fn(b, out) if bias_first else add_fn(out, b)
             except Exception as e:

@@ -234,10 +234,11 @@ def _sigmoid_grad(xp, y, dy):
     return out
 
 
-# Zero arrays shaped like a kernel's input (read-only, shared). numpy's SIMD loops for
-# maximum and the comparisons run only when both operands are contiguous arrays of one
-# shape: np.maximum(x, 0) on a 64x64 float32 x takes ~2.3 us, np.maximum(x, zeros) ~0.9 us,
-# with the same result bit for bit (the same ufunc loop on the same values).
+# Zero arrays shaped like a kernel's input (read-only, shared). numpy's fast (SIMD) loop
+# for maximum runs only when both operands are arrays of one shape: np.maximum(x, 0) on a
+# 64x64 float32 x takes ~2.3 us, np.maximum(x, zeros) ~0.9 us, with the same result bit
+# for bit (tests/ops/test_fused_kernels.py). (ReluGrad's dy * (y > 0) gains nothing
+# from it: comparing with a scalar is already fast, the float * bool product is not.)
 _ZEROS: dict = {}
 
 
@@ -269,24 +270,6 @@ def _bind_relu(xp):
         return maximum(x, zeros_for(x))
 
     return relu
-
-
-def _relu_grad(xp, dy, y):
-    return dy * (y > 0)
-
-
-@_binds(_relu_grad)
-def _bind_relu_grad(xp):
-    if xp is not np:
-        return None
-    multiply, greater, ndarray, zeros_for = np.multiply, np.greater, np.ndarray, _zeros_for
-
-    def relu_grad(dy, y):
-        if type(y) is not ndarray or not y.ndim or type(dy) is not ndarray:
-            return dy * (y > 0)
-        return multiply(dy, greater(y, zeros_for(y)))   # dy * (y > 0), same ufunc loops
-
-    return relu_grad
 
 
 # numpy scalar types whose Python comparisons are numpy's own
@@ -335,7 +318,7 @@ _BINARY = [
     # fused backward ops of tanh/sigmoid/relu: (y, dy) and (dy, y)
     ("TanhGrad",   _tanh_grad,                           "float",   False),
     ("SigmoidGrad", _sigmoid_grad,                       "float",   False),
-    ("ReluGrad",   _relu_grad,                           "numeric", False),
+    ("ReluGrad",   lambda xp, dy, y: dy * (y > 0),       "numeric", False),
 ]
 # fmt: on
 for _type, _kernel, _kind, _bool_out in _BINARY:
@@ -944,7 +927,7 @@ def _reducer(method: str, dtype_rule: str):
                 return kernel(xp, x, *dyn, axis=axis, keepdims=keepdims)
             if small is not None and x.ndim == 2 and 2 <= x.shape[1] <= 4 and \
                     x.dtype.char in small:
-                return _reduce_columns(ufunc, x, method == "sum")
+                return _reduce_columns(ufunc, x)
             if same:
                 out = reduce(x, axis=axis, dtype=x.dtype, keepdims=keepdims)
             else:
@@ -960,29 +943,22 @@ _REDUCE_UFUNC = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": n
 
 
 def _small_last_axis(ufunc: Any, method: str, axis: Any, keepdims: bool) -> str | None:
-    """The dtype chars for which a reduction of a [n, k<=4] array over its last axis is
+    """The dtype chars for which a max/min of a [n, k<=4] array over its last axis is
     done column by column (see _reduce_columns), or None where it never is."""
-    if keepdims or axis not in ((1,), (-1,)):
+    if keepdims or axis not in ((1,), (-1,)) or method not in ("max", "min"):
         return None
-    if method in ("max", "min"):
-        return "efdgbhilqBHILQ"     # exact: the same comparisons, any order
-    if method == "sum":
-        return "fd"                 # float16 sums accumulate in float32 inside numpy
-    return None
+    return "efdgbhilqBHILQ"      # exact: the same comparisons, any order
 
 
-def _reduce_columns(ufunc: Any, x: np.ndarray, is_sum: bool) -> np.ndarray:
-    """ufunc.reduce(x, axis=1) of a [n, k] array with 2 <= k <= 4 as k-1 ufunc calls on
-    its columns (~0.7 us instead of 1.8-3.2 us for n=64, k=2): numpy's reduction of a
-    short contiguous axis runs the inner loop once per row. Same bits: max/min compare
-    the same values (NaNs win either way); a float sum of k < 8 terms is numpy's
-    x0 + (0.0 + x1 + ... ) -- sequential from x0, except that numpy's pairwise loop
-    starts from +0.0, which only turns a sum of all -0.0 into +0.0: the final + 0.0."""
+def _reduce_columns(ufunc: Any, x: np.ndarray) -> np.ndarray:
+    """ufunc.reduce(x, axis=1) of a [n, k] array with 2 <= k <= 4, for maximum/minimum,
+    as k-1 ufunc calls on its columns (~0.7 us instead of ~3.2 us for n=64, k=2: numpy's
+    reduction of a short contiguous axis runs its inner loop once per row). The same
+    comparisons of the same values, so the same bits (NaNs win either way). (A sum
+    column by column is no faster: it needs numpy's +0.0 start as a third call.)"""
     out = ufunc(x[:, 0], x[:, 1])
     for j in _pyrange(2, x.shape[1]):
         ufunc(out, x[:, j], out=out)
-    if is_sum:
-        np.add(out, x.dtype.type(0.0), out=out)
     return out
 
 

@@ -1,10 +1,11 @@
 """Faster CPU kernels for small dense models (issue #6): each must compute what the op did
 before, bit for bit.
 
-- Relu / ReluGrad: np.maximum / np.greater against a cached read-only zeros array of
-  the input's shape (numpy's SIMD loops run only when both operands are arrays of one
-  shape) instead of a Python 0;
-- Sum / Max / Min over a short last axis (k <= 4) column by column;
+- Relu: np.maximum against a cached read-only zeros array of the input's shape
+  (numpy's SIMD loop runs only when both operands are arrays of one shape) instead of
+  a Python 0 (ReluGrad, whose kernel is unchanged, is checked alongside);
+- Max / Min over a short last axis (k <= 4) column by column (Sum, Mean and Prod keep
+  numpy's reduction; checked alongside);
 - OneHot along the last axis as one `take` from an on/off table;
 - ResourceApplyAdam: AdamOptimizer's update of one variable as one op, the moments
   updated in place when nothing else refers to their buffers.
