@@ -237,9 +237,19 @@ def _scatter_update_kernel(xp, handle, indices, updates, *, dtype, mode, shape=N
 
 def _bind_scatter(xp, *, dtype, mode, shape=None):
     if mode == "update":
+        ndarray = np.ndarray
+
         def scatter(handle, indices, updates):
             new = _own_buffer(handle)
-            new[indices] = updates
+            if type(indices) is ndarray and indices.shape == (1,) and \
+                    type(updates) is ndarray and updates.shape[:1] == (1,) and \
+                    updates.ndim == new.ndim:
+                # one row (a replay write): basic indexing, ~0.3 us instead of ~1.2 us
+                # for new[indices] = updates; the same row, the same values, the same
+                # IndexError out of range
+                new[indices[0]] = updates[0]
+            else:
+                new[indices] = updates
             handle.value = new
             return new
     else:

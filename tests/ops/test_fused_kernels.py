@@ -314,3 +314,31 @@ def test_apply_adam_is_not_differentiable_and_checks_dtypes():
         with pytest.raises(TypeError):
             apply_adam(var, m, m, np.float32(0.1), dcf.placeholder(dcf.float64, (3,)),
                        0.9, 0.999, 1e-8)
+
+
+# ---------------------------------------------------------------- one-row scatter
+@pytest.mark.parametrize("shape", [(7, 3), (7,), (4, 2, 3)])
+@pytest.mark.parametrize("index", [0, 3, -1, -7, 7, -8])
+def test_one_row_scatter_update_is_the_fancy_index_write(shape, index):
+    from dcf.resources import VarStore
+
+    fn, ref = _bound("ResourceScatter", dtype=dcf.float32, mode="update", shape=shape)
+    for idt in (np.int32, np.int64):
+        idx = np.array([index], idt)
+        upd = RNG.standard_normal((1,) + shape[1:]).astype(np.float32)
+        outs = []
+        for f in (fn, ref):
+            h = VarStore("t", np.arange(np.prod(shape), dtype=np.float32).reshape(shape))
+            try:
+                outs.append(("ok", f(h, idx, upd).copy(), h.value.copy()))
+            except IndexError as e:
+                outs.append(("IndexError", type(e), None))
+        assert outs[0][0] == outs[1][0]
+        if outs[0][0] == "ok":
+            _same(outs[0][1], outs[1][1])
+            _same(outs[0][2], outs[1][2])
+    # a broadcast row and a held buffer (copy-on-write) behave as before
+    h = VarStore("t", np.zeros((3, 2), np.float32))
+    held = h.value
+    out = fn(h, np.array([1], np.int32), np.ones((1, 1), np.float32))
+    assert not held.any() and out[1].tolist() == [1.0, 1.0] and out is h.value
