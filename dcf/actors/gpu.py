@@ -148,6 +148,7 @@ class GpuDevice:
         self.swap_threshold = float(threshold)
         with self._device:
             self.pool.set_limit(size=self.limit or 0)
+        self.swapper.reset()
 
     @property
     def capacity(self) -> int:
@@ -539,17 +540,22 @@ class _Swapper:
         self._used = 0          # pool use, sampled: cupy's used_bytes() walks every chunk
         self._countdown = 0
         self._waited_in = None  # the h2d event the compute stream last waited for
+        self._limit = gpu.swap_threshold * gpu.capacity   # pushes past it owe swap-outs
+        self._watch = WATCH_SHARE * self._limit           # pushes past it are tracked
 
     def reset(self) -> None:
-        """Before a step: sample pool use afresh; forget records that are gone."""
+        """Before a step: sample pool use afresh, take the device's threshold, forget
+        records that are gone."""
         self._countdown = 0
+        self._limit = self.gpu.swap_threshold * self.gpu.capacity
+        self._watch = WATCH_SHARE * self._limit
         Q, H = _Rec.QUEUED, _Rec.HOST
         self.resident = collections.deque(r for r in self.resident if _live(r, Q))
         self.host = [r for r in self.host if _live(r, H)]
         self.ahead_refs = [r for r in self.ahead_refs if r() is not None and r().ahead]
         self.ahead = len(self.ahead_refs)
         self.owed = min(self.owed, len(self.resident))
-        if len(self.by_key) > 4096:
+        if self.by_key:
             self.by_key = {k: r for k, r in self.by_key.items() if r() is not None}
 
     def usage(self) -> int:
@@ -561,27 +567,29 @@ class _Swapper:
         return self._used
 
     def push(self, value: Any, swappable: bool) -> Any:
-        gpu = self.gpu
-        if not swappable or type(value) is not gpu.ndarray or value.nbytes < SWAP_MIN_BYTES:
+        if not swappable or type(value) is not self.gpu.ndarray or \
+                value.nbytes < SWAP_MIN_BYTES:
             return value
+        if self.out:
+            self.collect()
+        used = self.usage()
+        by_key = self.by_key
+        if used < self._watch and not by_key:
+            return value           # far from the threshold, nothing tracked: a plain value
         key = (value.data.ptr, value.nbytes)
-        ref = self.by_key.get(key)
+        ref = by_key.get(key)
         if ref is not None:
             rec = ref()
             if rec is not None:    # the same buffer again (e.g. c_new(t) is c(t+1))
                 rec.refs += 1
                 return rec
-        if self.out:
-            self.collect()
-        used = self.usage()
-        limit = gpu.swap_threshold * gpu.capacity
-        if used < WATCH_SHARE * limit:
+        if used < self._watch:
             return value
         rec = _Rec(value, key)
         ref = weakref.ref(rec)
-        self.by_key[key] = ref
+        by_key[key] = ref
         self.resident.append(ref)
-        if used >= limit:
+        if used >= self._limit:
             self.owed += 1
             self.pump()
         return rec
@@ -674,7 +682,7 @@ class _Swapper:
                 rec.state = _Rec.GONE
                 rec.dev = None
                 rec.host = None
-        if self.owed and self.usage() < gpu.swap_threshold * gpu.capacity:
+        if self.owed and self.usage() < self._limit:
             self.owed = 0                      # the backward pass is giving memory back
         if self.host:
             self._prefetch()
