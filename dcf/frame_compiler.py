@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 
-from dcf.elementwise_fusion import FusedOpError
 from dcf.errors import InvalidArgumentError, op_error
 from dcf.ops.registry import Kind
 from dcf.plan import ExecPlan, FrameInfo, NodeInfo
@@ -152,12 +151,6 @@ class _Codegen:
 
     def plan_fusion(self, f: FrameInfo) -> None:
         gpu_of = self.cf.plan.gpu_of
-        if self.cf.plan.xp is np:
-            from dcf.elementwise_fusion import dense_groups
-
-            for root, grp in dense_groups(f.nodes, gpu_of or {}, self.inputs).items():
-                self.fuse_root[root] = grp
-                self.fuse_skip.update(n.id for n in grp[0])
         if not gpu_of:
             return
         from dcf.elementwise_fusion import fusion_groups
@@ -746,12 +739,10 @@ class _Codegen:
         if n.type == "Const" and not args:
             self.env[f"_C{n.id}"] = n.fn()  # hoisted: the value never changes
             return f"_C{n.id}"
-        if n.type in _INLINE and n.n_out == 1 and self.cf.plan.xp is np and grp is None and \
+        if n.type in _INLINE and n.n_out == 1 and self.cf.plan.xp is np and \
                 n.id not in self.cf.plan.gpu_of:  # GPU: call fn (it picks device/stream)
             return _INLINE[n.type].format(*args)
-        if grp is not None and grp[3] is None:     # a fused CPU dense layer
-            self.env[f"f{n.id}"] = grp[2]
-        elif grp is not None:
+        if grp is not None:
             from dcf.elementwise_fusion import FusedElementwise
 
             self.env[f"f{n.id}"] = FusedElementwise(self.cf.plan.gpu_of[n.id], grp[2],
@@ -919,8 +910,6 @@ def _with_errors(gen_fn: Any, fname: str, line_node: dict) -> Any:
                         node, itv = hit
                         it = tb.tb_frame.f_locals.get(itv)
                 tb = tb.tb_next
-            if isinstance(e, FusedOpError):   # an op inside a fused call failed: name it
-                node, e = e.node, e.cause
             if node is None:
                 raise
             in_loop = node.frame.parent is not None
