@@ -223,6 +223,34 @@ def test_inner_loop_with_zero_iterations(cluster3):
     assert got[1] == 2.0 ** 3
 
 
+def _loop_in_a_cond(on):
+    """A loop inside a cond branch (taken or not per outer iteration), its body on
+    worker 2: in an untaken branch the loop runs dead and worker 2's part must end."""
+    def outer(i, a):
+        def branch():
+            def inner(j, b):
+                with on(2):
+                    b = b * 1.5 + 1.0
+                return j + 1, b
+
+            with on(1):
+                return dcf.while_loop(lambda j, b: j < 3, inner, (0, a))[1]
+
+        with on(0):
+            a = dcf.cond(dcf.equal(i % 2, 0), branch, lambda: a - 1.0)
+            return i + 1, a
+
+    with on(0):
+        out = dcf.while_loop(lambda i, a: i < 5, outer, (0, dcf.constant(1.0)))
+    return out, {}
+
+
+def test_loop_in_an_untaken_branch_ends_on_the_driven_worker(cluster3):
+    assert _loops_of(_loop_in_a_cond)[2]["driven"] >= 1
+    got, want = both(_loop_in_a_cond, cluster3)
+    _same(got, want)
+
+
 # --------------------------------------------------------------- conds in loops
 def _cond_branch_elsewhere(on):
     """A cond in the loop body whose branches run on workers 1 and 2, which also use
