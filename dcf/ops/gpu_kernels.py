@@ -22,6 +22,7 @@ axes, and the test stand-in for cupy, which has no `memcpy2DAsync`).
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 __all__ = ["concat_gpu", "sum_gpu", "split_gpu", "matmul_gpu"]
@@ -119,16 +120,39 @@ def split_gpu(generic: Any) -> Any:
     return split
 
 
-_GEMM_SCALARS: dict = {}      # dtype char -> (one, zero): host scalars GEMM reads
-_HOST_MODE: set = set()       # cuBLAS handles set to host pointer mode
+_GEMM_SCALARS: dict = {}      # dtype char -> (one, zero, address of one, address of zero)
+_HANDLES: dict = {}           # (thread, device) -> cuBLAS handle, in host pointer mode
+_LIBS: dict = {}              # id(xp) -> cupy's cublas module, or None (the stand-in)
 
 
 def _cublas(xp) -> Any:
-    cuda = getattr(xp, "cuda", None)
-    lib = getattr(cuda, "cublas", None)
-    if lib is None or not hasattr(lib, "sgemm") or not hasattr(cuda, "device"):
-        return None
+    lib = _LIBS.get(id(xp), _LIBS)
+    if lib is _LIBS:
+        cuda = getattr(xp, "cuda", None)
+        lib = getattr(cuda, "cublas", None)
+        if lib is None or not hasattr(lib, "sgemm") or not hasattr(cuda, "device"):
+            lib = None
+        _LIBS[id(xp)] = lib
     return lib
+
+
+def _scalars(dtype: Any) -> tuple:
+    sc = _GEMM_SCALARS.get(dtype.char)
+    if sc is None:
+        import numpy as np
+
+        one, zero = np.ones(1, dtype), np.zeros(1, dtype)
+        sc = _GEMM_SCALARS[dtype.char] = (one, zero, one.ctypes.data, zero.ctypes.data)
+    return sc
+
+
+def _handle(xp, lib, device: int) -> int:
+    key = (threading.get_ident(), device)
+    h = _HANDLES.get(key)
+    if h is None:
+        h = _HANDLES[key] = xp.cuda.device.get_cublas_handle()
+        lib.setPointerMode(h, 0)                    # CUBLAS_POINTER_MODE_HOST
+    return h
 
 
 def matmul_gpu(generic: Any) -> Any:
@@ -137,8 +161,6 @@ def matmul_gpu(generic: Any) -> Any:
     A C-contiguous (r, c) matrix is, to column-major cuBLAS, its transpose with leading
     dimension c; C = op(A) @ op(B) is computed as C^T = op(B)^T @ op(A)^T, so the
     operands go in swapped and each transpose flag becomes a GEMM flag."""
-    import numpy as np
-
     def matmul(xp, a, b, *, transpose_a, transpose_b):
         lib = _cublas(xp)
         nd = xp.ndarray
@@ -148,21 +170,16 @@ def matmul_gpu(generic: Any) -> Any:
             return generic(xp, a, b, transpose_a=transpose_a, transpose_b=transpose_b)
         m, k = (a.shape[1], a.shape[0]) if transpose_a else a.shape
         kb, n = (b.shape[1], b.shape[0]) if transpose_b else b.shape
-        if k != kb or not (m and n and k) or a.data.device_id != b.data.device_id:
+        dev = a.data.device_id
+        if k != kb or not (m and n and k) or dev != b.data.device_id:
             return generic(xp, a, b, transpose_a=transpose_a, transpose_b=transpose_b)
-        ch = a.dtype.char
-        sc = _GEMM_SCALARS.get(ch)
-        if sc is None:
-            sc = _GEMM_SCALARS[ch] = (np.ones(1, a.dtype), np.zeros(1, a.dtype))
-        out = xp.empty((m, n), a.dtype)
-        handle = xp.cuda.device.get_cublas_handle()
-        if handle not in _HOST_MODE:
-            lib.setPointerMode(handle, 0)           # CUBLAS_POINTER_MODE_HOST
-            _HOST_MODE.add(handle)
-        lib.setStream(handle, xp.cuda.get_current_stream().ptr)
-        (lib.sgemm if ch == "f" else lib.dgemm)(
-            handle, 1 if transpose_b else 0, 1 if transpose_a else 0, n, m, k,
-            sc[0].ctypes.data, b.data.ptr, b.shape[1], a.data.ptr, a.shape[1],
-            sc[1].ctypes.data, out.data.ptr, n)
+        dt = a.dtype
+        sc = _scalars(dt)
+        out = xp.empty((m, n), dt)
+        h = _handle(xp, lib, dev)
+        lib.setStream(h, xp.cuda.get_current_stream().ptr)
+        (lib.sgemm if dt.char == "f" else lib.dgemm)(
+            h, 1 if transpose_b else 0, 1 if transpose_a else 0, n, m, k, sc[2],
+            b.data.ptr, b.shape[1], a.data.ptr, a.shape[1], sc[3], out.data.ptr, n)
         return out
     return matmul
