@@ -46,12 +46,27 @@ async def test_several_runs_in_flight_give_right_answers(compiled):
 async def test_event_loop_stays_responsive_during_a_long_in_graph_loop(compiled):
     n = dcf.placeholder(dcf.int32, ())
     out = dcf.while_loop(lambda i, x: i < n, lambda i, x: (i + 1, x * 0.5 + 1.0), (0, 0.0))
-    ticks: list = []
 
-    async def ticker():
-        while True:
-            ticks.append(time.perf_counter())
-            await asyncio.sleep(0.01)
+    async def gaps_during(sess, trips: int) -> tuple:
+        """Wall-clock gaps between a 10 ms ticker's ticks while a run of `trips`
+        iterations is in flight, and the loop thread's own CPU time in each gap."""
+        ticks: list = []
+
+        async def ticker():
+            while True:
+                ticks.append((time.perf_counter(), time.thread_time()))
+                await asyncio.sleep(0.01)
+
+        task = asyncio.create_task(ticker())
+        await _until(lambda: ticks, "first tick")
+        start = (time.perf_counter(), time.thread_time())
+        i, x = await sess.run(out, {n: trips})
+        end = (time.perf_counter(), time.thread_time())
+        task.cancel()
+        assert i == trips and x == pytest.approx(2.0)
+        assert end[0] - start[0] > 0.3, "the loop was too short to show anything"
+        during = np.array([start] + [t for t in ticks if t[0] >= start[0]] + [end])
+        return np.diff(during[:, 0]), np.diff(during[:, 1])
 
     async with dcf.AsyncSession(config=compiled) as sess:
         assert (await sess.run(out, {n: 10}))[0] == 10  # plan built outside the timing
@@ -59,17 +74,19 @@ async def test_event_loop_stays_responsive_during_a_long_in_graph_loop(compiled)
         t0 = time.perf_counter()
         assert (await sess.run(out, {n: 20_000}))[0] == 20_000
         trips = int(20_000 * 1.0 / max(time.perf_counter() - t0, 1e-3))
-        task = asyncio.create_task(ticker())
-        await _until(lambda: ticks, "first tick")
-        start = time.perf_counter()
-        i, x = await sess.run(out, {n: trips})
-        end = time.perf_counter()
-        task.cancel()
-    assert i == trips and x == pytest.approx(2.0)
-    during = [t for t in ticks if t >= start] + [end]
-    gaps = np.diff([start] + during)
-    assert gaps.max() < 0.1, f"event loop blocked for {gaps.max():.3f} s"
-    assert end - start > 0.3, "the loop was too short to show anything"
+        worst = []
+        for _ in range(3):
+            wall, cpu = await gaps_during(sess, trips)
+            # the loop thread never computed for long without coming back to the ticker
+            # (its own CPU time: a busy machine that deschedules the process stretches
+            # wall-clock gaps, not this)
+            assert cpu.max() < 0.1, f"the event loop ran {cpu.max():.3f} s without yielding"
+            worst.append(wall.max())
+            if wall.max() < 0.1:
+                break
+    # and in one of up to three runs no wall-clock gap reached 0.1 s (a loop that blocks
+    # does so in every run; a loaded machine rarely stalls the process three times)
+    assert min(worst) < 0.1, f"event loop blocked for {min(worst):.3f} s (runs: {worst})"
 
 
 @pytest.mark.asyncio
