@@ -22,6 +22,7 @@ placeholder (``bench.peers.lstm_data``), ``loss = reduce_mean(square(outputs))``
    resident size after importing TensorFlow (TF's import alone is several hundred MiB).
 
     python -m bench.static_vs_dynamic [--quick] [--out FILE] [--mem-limit-mib N]
+    python -m bench.static_vs_dynamic --gpu [--quick] [--gpu-budget-gib G]   # one GPU
 """
 
 from __future__ import annotations
@@ -245,7 +246,17 @@ def main() -> None:
     ap.add_argument("--mem-limit-mib", type=float, default=None,
                     help="memory limit for the longest-sequence search (default 1024; quick 160)")
     ap.add_argument("--skip-memory", action="store_true", help="only the time part")
+    ap.add_argument("--gpu", action="store_true",
+                    help="on /gpu:0 (bench/static_vs_dynamic_gpu.py): 512 units for the time "
+                         "part, 2048 units and batch 256 under --gpu-budget-gib for memory")
+    ap.add_argument("--gpu-budget-gib", type=float, default=12.0,
+                    help="device memory budget of the GPU memory part (default 12, a K40)")
     args = ap.parse_args()
+    if args.gpu:
+        from bench import static_vs_dynamic_gpu
+
+        static_vs_dynamic_gpu.main(args)
+        return
     from bench.gradients import machine_config
 
     limit = args.mem_limit_mib or (160.0 if args.quick else 1024.0)
