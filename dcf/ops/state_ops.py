@@ -120,13 +120,8 @@ def _own_buffer(handle) -> Any:
     """The variable's current buffer when it may be written in place (a numpy array
     that owns its writable data and that nothing but the variable refers to); else a
     copy of it, which becomes the variable's new buffer once written."""
-    old = handle.value
-    if old is None:
-        raise _uninitialized(handle)
-    if type(old) is np.ndarray and old.base is None and old.flags.writeable and \
-            _refs(old) <= _EXCLUSIVE_REFS:
-        return old
-    return old.copy()
+    w = _writable(handle)
+    return w if w is not None else handle.value.copy()
 
 
 def _writable(handle) -> Any:

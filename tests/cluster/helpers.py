@@ -55,3 +55,22 @@ def alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def long_loop(n: int = 10**8):
+    """A loop whose body spans workers 0 and 1; it would run for minutes."""
+    def body(i, a):
+        with on(1):
+            a = a + 1.0
+        with on(0):
+            return i + 1, a
+
+    with on(0):
+        i0 = dcf.constant(0)
+        lim = dcf.constant(n)
+
+    def cond(i, a):
+        with on(0):
+            return i < lim
+
+    return dcf.while_loop(cond, body, (i0, dcf.constant(0.0)))

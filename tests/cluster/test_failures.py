@@ -19,7 +19,7 @@ import pytest
 
 import dcf
 from dcf.errors import DeadlineExceededError, WorkerError
-from tests.cluster.helpers import alive, on
+from tests.cluster.helpers import alive, long_loop, on
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(60)]
 
@@ -30,25 +30,6 @@ def _wait_for(cond, timeout: float = 10.0, what: str = "condition") -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.02)
-
-
-def _long_loop(n: int = 10**8):
-    """A loop whose body spans workers 0 and 1; it would run for minutes."""
-    def body(i, a):
-        with on(1):
-            a = a + 1.0
-        with on(0):
-            return i + 1, a
-
-    with on(0):
-        i0 = dcf.constant(0)
-        lim = dcf.constant(n)
-
-    def cond(i, a):
-        with on(0):
-            return i < lim
-
-    return dcf.while_loop(cond, body, (i0, dcf.constant(0.0)))
 
 
 def _run_in_thread(fn):
@@ -72,7 +53,7 @@ def test_killed_worker_raises_worker_error_within_seconds_and_everything_closes(
     with on(0):
         v = dcf.Variable(np.float32(0.0), name="v")
     set_v = v.assign(5.0)
-    out = _long_loop()
+    out = long_loop()
     sess = dcf.Session(cluster=cluster)
     sess.run(dcf.global_variables_initializer())
     sess.run(set_v)
@@ -103,7 +84,7 @@ def test_killed_worker_raises_worker_error_within_seconds_and_everything_closes(
 
 def test_silent_worker_raises_worker_error_after_the_heartbeat_timeout():
     with dcf.Cluster.local(2) as cluster:
-        out = _long_loop()
+        out = long_loop()
         config = dcf.SessionConfig(heartbeat_timeout_s=1.0)
         with dcf.Session(cluster=cluster, config=config) as sess:
             th, box = _run_in_thread(lambda: sess.run(out))
@@ -132,7 +113,7 @@ def test_deadline_aborts_the_step_on_every_worker_and_the_session_goes_on():
             q = dcf.FIFOQueue(4, [dcf.float32], shapes=[()], name="q")
             item = q.dequeue()                  # the queue stays empty: it waits forever
         with on(2):
-            spin = _long_loop(10**8)[1]         # and a loop across workers 0 and 1
+            spin = long_loop(10**8)[1]         # and a loop across workers 0 and 1
         total = item + spin
         with dcf.Session(cluster=cluster) as sess:
             t0 = time.monotonic()
@@ -175,7 +156,7 @@ def test_close_during_a_run_fails_the_run_and_stops_the_workers():
     cluster = dcf.Cluster.local(2)
     pids = list(cluster.worker_pids)
     sess = dcf.Session(cluster=cluster)
-    th, box = _run_in_thread(lambda: sess.run(_long_loop()))
+    th, box = _run_in_thread(lambda: sess.run(long_loop()))
     time.sleep(0.3)
     cluster.close()
     th.join(10)

@@ -318,10 +318,10 @@ def test_gradient_of_a_driven_loop(cluster3):
 def test_failure_tests_loop_is_driven():
     """The loop `test_failures` kills a worker in runs on worker 1 off the loop value
     (so a worker dying in a driven loop gives WorkerError: that test)."""
-    from tests.cluster.test_failures import _long_loop
+    from tests.cluster.helpers import long_loop
 
     def build(on):
-        return _long_loop(10), {}
+        return long_loop(10), {}
 
     loops = _loops_of(build)
     assert loops[1] == {"driven": 1, "predicate": 0, "pred_recvs": 0}, loops

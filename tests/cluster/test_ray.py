@@ -20,7 +20,7 @@ import pytest
 import dcf
 from dcf.actors.transport import ZmqTransport
 from dcf.errors import WorkerError
-from tests.cluster.helpers import alive, both, on, task
+from tests.cluster.helpers import alive, both, long_loop, on, task
 
 ray = pytest.importorskip("ray")
 
@@ -224,25 +224,6 @@ def test_without_the_secret_a_ray_worker_ignores_control_messages(ray_cpus2):
 
 
 # ----------------------------------------------------------------- failures
-def _long_loop(n: int = 10**8):
-    """A loop whose body spans workers 0 and 1; it would run for minutes."""
-    def body(i, a):
-        with on(1):
-            a = a + 1.0
-        with on(0):
-            return i + 1, a
-
-    with on(0):
-        i0 = dcf.constant(0)
-        lim = dcf.constant(n)
-
-    def cond(i, a):
-        with on(0):
-            return i < lim
-
-    return dcf.while_loop(cond, body, (i0, dcf.constant(0.0)))
-
-
 @pytest.mark.parametrize("how", ["ray.kill", "SIGKILL"])
 def test_a_worker_lost_to_ray_raises_worker_error_and_close_removes_the_actors(
         ray_cpus2, how):
@@ -251,7 +232,7 @@ def test_a_worker_lost_to_ray_raises_worker_error_and_close_removes_the_actors(
     with on(0):
         v = dcf.Variable(np.float32(0.0), name="v")
     set_v = v.assign(5.0)
-    out = _long_loop()
+    out = long_loop()
     sess = dcf.Session(cluster=cluster)
     sess.run(dcf.global_variables_initializer())
     sess.run(set_v)
@@ -305,7 +286,7 @@ def test_close_during_a_run_fails_the_run_and_kills_the_actors(ray_cpus2):
 
     def target():
         try:
-            sess.run(_long_loop())
+            sess.run(long_loop())
         except BaseException as e:  # noqa: BLE001 - handed to the test
             box["error"] = e
 
