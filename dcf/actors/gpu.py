@@ -64,6 +64,7 @@ SWAP_MIN_BYTES = 64 << 10     # smaller values stay on the device
 WATCH_SHARE = 0.5             # pushes are tracked for swapping past this share of the threshold
 PREFETCH_ITEMS = 8            # swapped entries always allowed back ahead of their pops
 PREFETCH_BATCH = 8            # entries brought back per pop at most (one h2d event)
+PREFETCH_MIN = 4              # smallest prefetch batch while others are on their way
 D2H_IN_FLIGHT = 16            # swap-out copies queued on the d2h stream at once
 PUMP_BATCH = 4                # swap-outs started together (one pair of events per batch)
 PREFETCH_MAX_USE = 0.95       # the first PREFETCH_ITEMS come back while use is under this
@@ -598,42 +599,44 @@ class _Swapper:
         """Pay owed swap-outs with the oldest tracked values while fewer than
         D2H_IN_FLIGHT copies are running: PUMP_BATCH at a time (what is owed, when
         forced), after one event on the compute stream and before one event on the
-        d2h stream that the whole batch shares (an event costs the host about as much
-        as a copy)."""
+        d2h stream that the whole batch shares, into one pinned block (an event or a
+        pinned allocation costs the host about as much as a copy)."""
         out = self.out
         if not self.owed or len(out) >= D2H_IN_FLIGHT or (not force and self.owed < PUMP_BATCH):
             return
         q = self.resident
-        gpu = self.gpu
-        s = gpu.d2h
-        batch: list = []
-        while q and self.owed and len(out) + len(batch) < D2H_IN_FLIGHT:
+        recs: list = []
+        while q and self.owed > len(recs) and len(out) + len(recs) < D2H_IN_FLIGHT:
             rec = _live(q.popleft(), _Rec.QUEUED)
-            if rec is None:
-                continue
-            if not batch:
-                s.wait_event(gpu.record(gpu.compute))
-            arr = rec.dev
-            if not arr.flags.c_contiguous:
-                arr = rec.dev = gpu.cp.ascontiguousarray(arr).reshape(rec.shape)
-            rec.host, rec.host_ptr = gpu.pinned_buffer(rec.nbytes)
-            t0 = gpu.record(s) if gpu.tracing else None
-            gpu._memcpy(rec.host_ptr, arr.data.ptr, rec.nbytes, _D2H, s.ptr)
-            if t0 is not None:
-                gpu.trace_events.append(("swap out", "MemcpyDtoH", t0, gpu.record(s), "d2h",
-                                         "", gpu.stats["swap_outs"]))
-            rec.state = _Rec.OUT
-            batch.append(rec)
-            self.owed -= 1
-            self.swapped_bytes += rec.nbytes
-            gpu.stats["swap_out_bytes"] += rec.nbytes
-            gpu.stats["swap_outs"] += 1
+            if rec is not None:
+                recs.append(rec)
+        if recs:
+            gpu = self.gpu
+            s = gpu.d2h
+            s.wait_event(gpu.record(gpu.compute))
+            sizes = [(rec.nbytes + 255) & ~255 for rec in recs]
+            owner, base = gpu.pinned_buffer(sum(sizes))
+            for rec, size in zip(recs, sizes):
+                arr = rec.dev
+                if not arr.flags.c_contiguous:
+                    arr = rec.dev = gpu.cp.ascontiguousarray(arr).reshape(rec.shape)
+                rec.host, rec.host_ptr = owner, base    # the block lives while any uses it
+                base += size
+                t0 = gpu.record(s) if gpu.tracing else None
+                gpu._memcpy(rec.host_ptr, arr.data.ptr, rec.nbytes, _D2H, s.ptr)
+                if t0 is not None:
+                    gpu.trace_events.append(("swap out", "MemcpyDtoH", t0, gpu.record(s),
+                                             "d2h", "", gpu.stats["swap_outs"]))
+                rec.state = _Rec.OUT
+                self.swapped_bytes += rec.nbytes
+                gpu.stats["swap_out_bytes"] += rec.nbytes
+                gpu.stats["swap_outs"] += 1
+            self.owed -= len(recs)
+            ev = gpu.record(s)
+            for rec in recs:
+                out.append((rec, ev))
         if not q:
             self.owed = 0             # nothing left on the device to move
-        if batch:
-            ev = gpu.record(s)
-            for rec in batch:
-                out.append((rec, ev))
 
     def collect(self) -> None:
         out = self.out
@@ -730,7 +733,9 @@ class _Swapper:
     def _prefetch(self) -> None:
         """Bring back the next swapped entries the pops will want (the newest swapped):
         up to PREFETCH_BATCH per call, while pool use stays under the swap threshold,
-        or, for the first PREFETCH_ITEMS ahead, under PREFETCH_MAX_USE of the budget."""
+        or, for the first PREFETCH_ITEMS ahead, under PREFETCH_MAX_USE of the budget.
+        While PREFETCH_MIN entries are already on their way, fewer than that wait for
+        more room (a batch costs two events whatever its size)."""
         h = self.host
         gpu = self.gpu
         used = self.usage()
@@ -739,22 +744,31 @@ class _Swapper:
         cap = gpu.capacity
         hard = cap * PREFETCH_MAX_USE - used
         soft = cap * gpu.swap_threshold - used
+        cands: list = []
+        k = len(h) - 1
+        while k >= 0 and len(cands) < PREFETCH_BATCH:
+            rec = _live(h[k], _Rec.HOST)
+            if rec is not None:
+                n = rec.nbytes
+                if n > hard or (n > soft and self.ahead + len(cands) >= PREFETCH_ITEMS):
+                    break        # near the budget: the pop itself fetches
+                cands.append(rec)
+                hard -= n
+                soft -= n
+            k -= 1
+        if not cands or (len(cands) < PREFETCH_MIN and self.ahead >= PREFETCH_MIN and k >= 0):
+            return
+        del h[k + 1:]            # the candidates and the dead references above them
         waited = [False]
         batch: list = []
-        while h and len(batch) < PREFETCH_BATCH:
-            rec = _live(h[-1], _Rec.HOST)
-            if rec is None:
-                h.pop()
-                continue
-            n = rec.nbytes
-            if n > hard or (n > soft and self.ahead >= PREFETCH_ITEMS):
-                break        # near the budget: the pop itself fetches
+        done = 0
+        for rec in cands:
             if not self._fetch(rec, waited, batch):
                 break
-            h.pop()
-            hard -= n
-            soft -= n
-            self._used += n
+            self._used += rec.nbytes
+            done += 1
+        for rec in reversed(cands[done:]):          # not fetched: back, in stack order
+            h.append(weakref.ref(rec))
         if batch:
             ev = gpu.record(gpu.h2d)
             for rec in batch:
