@@ -75,6 +75,7 @@ class _StepRun:
         self.held_n = 0
         self.held_at = 0.0
         self.urgent = False                           # a held value should leave now
+        self.oldest_held = False   # a value of the oldest iteration, held while not waiting
         self.timer: asyncio.TimerHandle | None = None
         self.deferred = False                         # in the rendezvous's deferred batch
 
@@ -137,7 +138,7 @@ class _StepRun:
         finally:
             self.pumping = False
             if self.held_n:
-                if self.urgent or not self.waiting or ex.done:
+                if self.urgent or self.oldest_held or not self.waiting or ex.done:
                     self.flush()
                 elif self.timer is None:
                     self.timer = self.loop.call_later(_HOLD_S, self._flush_later)
@@ -174,7 +175,9 @@ class _StepRun:
         burst) when this partition is waiting for values and the value belongs to its
         oldest live iteration (or to no loop): then the peer's answer is likely what
         this partition waits for. Values of iterations running ahead wait for the next
-        urgent one, or _HOLD_S, to share its message."""
+        urgent one, or _HOLD_S, to share its message. A value of the oldest iteration
+        held while the partition is not yet waiting leaves at the end of the pump if it is
+        waiting by then (its next Recv may register after this Send fired)."""
         if not self.held_n:
             self.held_at = time.perf_counter()
         self.held_n += 1
@@ -182,9 +185,13 @@ class _StepRun:
         if lst is None:
             lst = self.held[peer] = []
         lst.append((key, value))
-        if self.waiting and not self.urgent:
+        if not self.urgent:
             fr = ist.frame
-            self.urgent = fr.parent_ist is None or ist.it <= fr.start_iter
+            oldest = fr.parent_ist is None or ist.it <= fr.start_iter
+            if self.waiting:
+                self.urgent = oldest
+            elif oldest:
+                self.oldest_held = True
 
     def _held_too_long(self) -> bool:
         # A partition that waits for answers keeps run-ahead values for its next urgent
@@ -200,6 +207,7 @@ class _StepRun:
         self.held.clear()
         self.held_n = 0
         self.urgent = False
+        self.oldest_held = False
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
