@@ -32,6 +32,7 @@ import datetime
 import math
 import os
 import platform
+import tempfile
 import time
 from typing import Any
 
@@ -250,8 +251,10 @@ def main(argv: list[str] | None = None) -> dict:
     config["loadavg_end"] = list(os.getloadavg())
     config["wall_s"] = round(time.perf_counter() - started, 1)
     date = datetime.date.today().isoformat()
+    # beside --out; without it in the temp folder, so that a quick run never overwrites a
+    # recorded result in bench/results
     png = (os.path.splitext(args.out)[0] + ".png") if args.out else \
-        os.path.join(os.path.dirname(__file__), "results", f"distributed_loop-{date}-cpu.png")
+        os.path.join(tempfile.gettempdir(), f"distributed_loop-{date}-cpu.png")
     config["plot"] = plot(points, png, workers)
     return report("distributed_loop", config, results, ratios, args.out)
 
