@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import os
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+import pytest
+
 import dcf
+from dcf.errors import WorkerError
 
 
 def task(k: int) -> str:
@@ -74,3 +80,58 @@ def long_loop(n: int = 10**8):
             return i < lim
 
     return dcf.while_loop(cond, body, (i0, dcf.constant(0.0)))
+
+
+def wait_for(cond, timeout: float = 10.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def run_in_thread(fn):
+    """Start fn() on a daemon thread: (thread, box); box gets "value" or "error", and
+    "t", the time it returned."""
+    box: dict = {}
+
+    def target():
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 - handed to the test
+            box["error"] = e
+        box["t"] = time.monotonic()
+
+    th = threading.Thread(target=target, daemon=True)
+    th.start()
+    return th, box
+
+
+def lose_worker_1_mid_loop(cluster, kill: Callable[[], None]) -> tuple:
+    """On `cluster` (two workers), set a variable on worker 0 to 5.0, run long_loop() on a
+    thread and call kill() once it runs: the run fails with WorkerError naming task 1
+    within the heartbeat bound, a run that needs the lost worker fails at once, and the
+    variable kept its 5.0. Returns (the session, the first run's error)."""
+    with on(0):
+        v = dcf.Variable(np.float32(0.0), name="v")
+    set_v = v.assign(5.0)
+    out = long_loop()
+    sess = dcf.Session(cluster=cluster)
+    sess.run(dcf.global_variables_initializer())
+    sess.run(set_v)
+    th, box = run_in_thread(lambda: sess.run(out))
+    time.sleep(0.3)
+    assert th.is_alive(), "the loop is running"
+    t_kill = time.monotonic()
+    kill()
+    th.join(10)
+    assert not th.is_alive(), "the run returned"
+    assert isinstance(box.get("error"), WorkerError), box
+    assert "/job:worker/task:1" in str(box["error"])
+    assert box["t"] - t_kill < dcf.SessionConfig().heartbeat_timeout_s
+    t0 = time.monotonic()
+    with pytest.raises(WorkerError, match="task:1"):
+        sess.run(out)
+    assert time.monotonic() - t0 < 1.0
+    assert sess.run(v) == 5.0
+    return sess, box["error"]

@@ -11,71 +11,25 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 
-import numpy as np
 import pytest
 
 import dcf
 from dcf.errors import DeadlineExceededError, WorkerError
-from tests.cluster.helpers import alive, long_loop, on
+from tests.cluster.helpers import (alive, long_loop, lose_worker_1_mid_loop, on,
+                                   run_in_thread, wait_for)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(60)]
-
-
-def _wait_for(cond, timeout: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
-def _run_in_thread(fn):
-    box: dict = {}
-
-    def target():
-        try:
-            box["value"] = fn()
-        except BaseException as e:  # noqa: BLE001 - handed to the test
-            box["error"] = e
-        box["t"] = time.monotonic()
-
-    th = threading.Thread(target=target, daemon=True)
-    th.start()
-    return th, box
 
 
 def test_killed_worker_raises_worker_error_within_seconds_and_everything_closes():
     cluster = dcf.Cluster.local(2)
     pids = list(cluster.worker_pids)
-    with on(0):
-        v = dcf.Variable(np.float32(0.0), name="v")
-    set_v = v.assign(5.0)
-    out = long_loop()
-    sess = dcf.Session(cluster=cluster)
-    sess.run(dcf.global_variables_initializer())
-    sess.run(set_v)
-    th, box = _run_in_thread(lambda: sess.run(out))
-    time.sleep(0.3)
-    assert th.is_alive(), "the loop is running"
-    t_kill = time.monotonic()
-    os.kill(pids[1], signal.SIGKILL)
-    th.join(10)
-    assert not th.is_alive(), "the run returned"
-    assert isinstance(box.get("error"), WorkerError), box
-    assert "/job:worker/task:1" in str(box["error"])
-    assert box["t"] - t_kill < dcf.SessionConfig().heartbeat_timeout_s
-    # a run that needs the dead worker fails at once; the healthy worker kept its state
-    t0 = time.monotonic()
-    with pytest.raises(WorkerError, match="task:1"):
-        sess.run(out)
-    assert time.monotonic() - t0 < 1.0
-    assert sess.run(v) == 5.0
+    sess, _ = lose_worker_1_mid_loop(cluster, lambda: os.kill(pids[1], signal.SIGKILL))
     sess.close()
     cluster.close()
-    _wait_for(lambda: not any(alive(p) for p in pids), 10, "workers to exit")
+    wait_for(lambda: not any(alive(p) for p in pids), 10, "workers to exit")
     with dcf.Cluster.local(1) as fresh, dcf.Session(cluster=fresh) as s2:
         with on(0):
             y = dcf.constant(2.0) * 3.0
@@ -87,7 +41,7 @@ def test_silent_worker_raises_worker_error_after_the_heartbeat_timeout():
         out = long_loop()
         config = dcf.SessionConfig(heartbeat_timeout_s=1.0)
         with dcf.Session(cluster=cluster, config=config) as sess:
-            th, box = _run_in_thread(lambda: sess.run(out))
+            th, box = run_in_thread(lambda: sess.run(out))
             time.sleep(0.3)
             t_stop = time.monotonic()
             os.kill(cluster.worker_pids[1], signal.SIGSTOP)
@@ -102,7 +56,7 @@ def test_silent_worker_raises_worker_error_after_the_heartbeat_timeout():
             # once it answers again (heartbeats), runs may use it again
             with on(1):
                 y = dcf.constant(1.0) + 1.0
-            _wait_for(lambda: cluster._client.workers["/job:worker/task:1"].alive, 10,
+            wait_for(lambda: cluster._client.workers["/job:worker/task:1"].alive, 10,
                       "the worker to be heard from again")
             assert sess.run(y) == 2.0
 
@@ -120,7 +74,7 @@ def test_deadline_aborts_the_step_on_every_worker_and_the_session_goes_on():
             with pytest.raises(DeadlineExceededError, match="timeout_s=0.5"):
                 sess.run(total, options=dcf.RunOptions(timeout_s=0.5))
             assert time.monotonic() - t0 < 3.0
-            _wait_for(lambda: all(cluster._stats(k)[0]["steps"] == 0 for k in range(3)),
+            wait_for(lambda: all(cluster._stats(k)[0]["steps"] == 0 for k in range(3)),
                       10, "every worker to drop the aborted step")
             with on(1):
                 fill = q.enqueue([dcf.constant(7.0)])
@@ -146,7 +100,7 @@ def test_workers_exit_when_their_client_process_dies(tmp_path):
         assert len(pids) == 2 and all(alive(p) for p in pids)
         proc.kill()
         proc.wait(5)
-        _wait_for(lambda: not any(alive(p) for p in pids), 10, "orphaned workers to exit")
+        wait_for(lambda: not any(alive(p) for p in pids), 10, "orphaned workers to exit")
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -156,12 +110,12 @@ def test_close_during_a_run_fails_the_run_and_stops_the_workers():
     cluster = dcf.Cluster.local(2)
     pids = list(cluster.worker_pids)
     sess = dcf.Session(cluster=cluster)
-    th, box = _run_in_thread(lambda: sess.run(long_loop()))
+    th, box = run_in_thread(lambda: sess.run(long_loop()))
     time.sleep(0.3)
     cluster.close()
     th.join(10)
     assert isinstance(box.get("error"), (WorkerError, RuntimeError)), box
-    _wait_for(lambda: not any(alive(p) for p in pids), 10, "workers to exit")
+    wait_for(lambda: not any(alive(p) for p in pids), 10, "workers to exit")
 
 
 def test_local_workers_use_a_private_ipc_directory_that_close_removes():

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import threading
 import time
 
 import numpy as np
@@ -20,7 +19,8 @@ import pytest
 import dcf
 from dcf.actors.transport import ZmqTransport
 from dcf.errors import WorkerError
-from tests.cluster.helpers import alive, both, long_loop, on, task
+from tests.cluster.helpers import (alive, both, long_loop, lose_worker_1_mid_loop, on,
+                                   run_in_thread, task, wait_for)
 
 ray = pytest.importorskip("ray")
 
@@ -36,14 +36,6 @@ def ray_cpus2():
         yield ray
     finally:
         ray.shutdown()
-
-
-def _wait_for(cond, timeout: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def _cpus_free() -> float:
@@ -167,13 +159,13 @@ def test_resources_per_worker_are_what_ray_grants_the_actor(ray_cpus2):
 
     with on(0):
         granted = dcf.py_func(assigned, [], dcf.float64)
-    _wait_for(lambda: _cpus_free() == 2.0, what="the earlier tests' workers to go")
+    wait_for(lambda: _cpus_free() == 2.0, what="the earlier tests' workers to go")
     with dcf.Cluster.ray(1, {"CPU": 2, "dcf_test": 1}) as cluster:
         with dcf.Session(cluster=cluster) as sess:
             np.testing.assert_array_equal(sess.run(granted), [2.0, 1.0])
-        _wait_for(lambda: _cpus_free() == 0.0, what="Ray to count the worker's CPUs")
+        wait_for(lambda: _cpus_free() == 0.0, what="Ray to count the worker's CPUs")
         assert ray.available_resources().get("dcf_test") == 1.0
-    _wait_for(lambda: _cpus_free() == 2.0 and
+    wait_for(lambda: _cpus_free() == 2.0 and
               ray.available_resources().get("dcf_test") == 2.0,
               what="Ray to release the closed worker's resources")
     with dcf.Cluster.ray(1, {"num_cpus": 1}) as cluster, dcf.Session(cluster=cluster) as sess:
@@ -185,7 +177,7 @@ def test_resources_ray_cannot_grant_fail_the_start_and_leave_nothing(ray_cpus2):
     with pytest.raises(WorkerError, match=r"task:0.*within 1 s"):
         dcf.Cluster.ray(1, {"CPU": 3}, start_timeout_s=1.0)
     assert time.monotonic() - t0 < 10.0
-    _wait_for(lambda: _cpus_free() == 2.0, what="the pending actor to go")
+    wait_for(lambda: _cpus_free() == 2.0, what="the pending actor to go")
     with pytest.raises(ValueError, match="CPU"):
         dcf.Cluster.ray(1, {"CPU": -1})
     with pytest.raises(ValueError, match="num_cpus"):
@@ -229,47 +221,19 @@ def test_a_worker_lost_to_ray_raises_worker_error_and_close_removes_the_actors(
         ray_cpus2, how):
     cluster = dcf.Cluster.ray(2)
     pids = list(cluster.worker_pids)
-    with on(0):
-        v = dcf.Variable(np.float32(0.0), name="v")
-    set_v = v.assign(5.0)
-    out = long_loop()
-    sess = dcf.Session(cluster=cluster)
-    sess.run(dcf.global_variables_initializer())
-    sess.run(set_v)
-    box: dict = {}
 
-    def target():
-        try:
-            box["value"] = sess.run(out)
-        except BaseException as e:  # noqa: BLE001 - handed to the test
-            box["error"] = e
-        box["t"] = time.monotonic()
+    def kill():
+        if how == "ray.kill":
+            ray.kill(cluster._ray_actors[1])
+        else:
+            os.kill(pids[1], signal.SIGKILL)
 
-    th = threading.Thread(target=target, daemon=True)
-    th.start()
-    time.sleep(0.3)
-    assert th.is_alive(), "the loop is running"
-    t_kill = time.monotonic()
-    if how == "ray.kill":
-        ray.kill(cluster._ray_actors[1])
-    else:
-        os.kill(pids[1], signal.SIGKILL)
-    th.join(10)
-    assert not th.is_alive(), "the run returned"
-    assert isinstance(box.get("error"), WorkerError), box
-    assert "/job:worker/task:1" in str(box["error"])
-    assert "lost to Ray" in str(box["error"]), "Ray told, not the heartbeats"
-    assert box["t"] - t_kill < dcf.SessionConfig().heartbeat_timeout_s
-    # a run that needs the lost worker fails at once; the other one kept its state
-    t0 = time.monotonic()
-    with pytest.raises(WorkerError, match="task:1"):
-        sess.run(out)
-    assert time.monotonic() - t0 < 1.0
-    assert sess.run(v) == 5.0
+    sess, error = lose_worker_1_mid_loop(cluster, kill)
+    assert "lost to Ray" in str(error), "Ray told, not the heartbeats"
     sess.close()
     cluster.close()
-    _wait_for(lambda: not any(alive(p) for p in pids), 10, "the actors' processes to exit")
-    _wait_for(lambda: _cpus_free() == 2.0, 10, "Ray to release the workers' CPUs")
+    wait_for(lambda: not any(alive(p) for p in pids), 10, "the actors' processes to exit")
+    wait_for(lambda: _cpus_free() == 2.0, 10, "Ray to release the workers' CPUs")
     # and a new Ray cluster of workers starts on the freed resources
     with dcf.Cluster.ray(2) as fresh, dcf.Session(cluster=fresh) as s2:
         assert set(fresh.worker_pids).isdisjoint(pids)
@@ -282,20 +246,11 @@ def test_close_during_a_run_fails_the_run_and_kills_the_actors(ray_cpus2):
     cluster = dcf.Cluster.ray(2)
     pids = list(cluster.worker_pids)
     sess = dcf.Session(cluster=cluster)
-    box: dict = {}
-
-    def target():
-        try:
-            sess.run(long_loop())
-        except BaseException as e:  # noqa: BLE001 - handed to the test
-            box["error"] = e
-
-    th = threading.Thread(target=target, daemon=True)
-    th.start()
+    th, box = run_in_thread(lambda: sess.run(long_loop()))
     time.sleep(0.3)
     cluster.close()
     th.join(10)
     assert not th.is_alive()
     assert isinstance(box.get("error"), (WorkerError, RuntimeError)), box
-    _wait_for(lambda: not any(alive(p) for p in pids), 10, "the actors' processes to exit")
-    _wait_for(lambda: _cpus_free() == 2.0, 10, "Ray to release the workers' CPUs")
+    wait_for(lambda: not any(alive(p) for p in pids), 10, "the actors' processes to exit")
+    wait_for(lambda: _cpus_free() == 2.0, 10, "Ray to release the workers' CPUs")
