@@ -24,6 +24,7 @@ import numpy as np
 
 from bench import gpu_common as G
 from bench.harness import Result, report
+from bench.lstm_swap import _input, _measure_paired, _warm
 
 
 class GpuLstm:
@@ -58,29 +59,14 @@ class GpuLstm:
         self.sess.close()
 
 
-def _input(seq: int, batch: int, inp: int) -> Any:
-    from dcf import gpu_devices
-
-    cp = gpu_devices.backend()
-    G.gpu_device(0).activate()
-    try:
-        x = cp.random.standard_normal((seq, batch, inp), dtype=cp.float32)
-    except TypeError:                  # the DCF_FAKE_GPUS stand-in
-        x = cp.random.standard_normal((seq, batch, inp)).astype(cp.float32)
-    x *= 0.1
-    return x
-
-
 def time_part(quick: bool, units: int, inp: int, repeat: int) -> tuple[list, dict, dict]:
-    from bench.lstm_swap import _measure_paired
-
     seq, batches = (50, (64,)) if quick else (200, (64, 128, 256, 512))
     results: list[Result] = []
     ratios: dict[str, Any] = {}
     facts: dict[str, Any] = {"seq": seq, "batches": list(batches), "units": units,
                              "input": inp, "repeat": repeat}
     for b in batches:
-        xv = _input(seq, b, inp)
+        xv = _input(seq, b, inp, False)
         models = {k: GpuLstm(k, seq, b, inp, units) for k in ("dynamic", "static")}
         try:
             losses = {k: m.step(xv) for k, m in models.items()}
@@ -111,8 +97,6 @@ def time_part(quick: bool, units: int, inp: int, repeat: int) -> tuple[list, dic
 
 
 def memory_part(quick: bool, budget: int) -> tuple[list, dict, dict]:
-    from bench.lstm_swap import _is_oom
-
     units, batch, inp = (256, 32, 64) if quick else (2048, 256, 512)
     seqs = (16, 32, 64, 128) if quick else (64, 128, 192, 256, 384, 512, 768, 1024)
     longest: dict[str, Any] = {}
@@ -123,21 +107,12 @@ def memory_part(quick: bool, budget: int) -> tuple[list, dict, dict]:
         rows[kind] = []
         for seq in seqs:
             G.release_device_memory()
-            xv = _input(seq, batch, inp)
-            m = None
+            xv = _input(seq, batch, inp, False)
+            m = GpuLstm(kind, seq, batch, inp, units, budget)
             try:
-                m = GpuLstm(kind, seq, batch, inp, units, budget)
-                with G.gpu_device(0).peak_tracker() as t:
-                    m.step(xv)
-                peak, status = t.peak, "ok"
-            except Exception as e:
-                if not _is_oom(e):
-                    raise
-                peak, status = None, "OOM: " + str(e).splitlines()[0][:160]
-                del e
+                peak, status = _warm(lambda: m.step(xv), False)   # (peak, "ok" / "OOM: ...")
             finally:
-                if m is not None:
-                    m.close()
+                m.close()
                 del xv
                 G.release_device_memory()
             rows[kind].append({"seq": seq, "status": status, "peak_bytes": peak})

@@ -536,8 +536,6 @@ class _Swapper:
         self.host: list = []        # swapped out, oldest push first (pops want the last)
         self.ahead = 0              # records brought back ahead of their pops
         self.ahead_refs: list = []  # (weakly) those records, in the order they came back
-        self.swapped_bytes = 0
-        self.prefetched_bytes = 0
         self._used = 0          # pool use, sampled: cupy's used_bytes() walks every chunk
         self._countdown = 0
         self._waited_in = None  # the h2d event the compute stream last waited for
@@ -628,7 +626,6 @@ class _Swapper:
                     gpu.trace_events.append(("swap out", "MemcpyDtoH", t0, gpu.record(s),
                                              "d2h", "", gpu.stats["swap_outs"]))
                 rec.state = _Rec.OUT
-                self.swapped_bytes += rec.nbytes
                 gpu.stats["swap_out_bytes"] += rec.nbytes
                 gpu.stats["swap_outs"] += 1
             self.owed -= len(recs)
@@ -693,9 +690,10 @@ class _Swapper:
             self.collect()
         return v
 
-    def _fetch(self, rec: _Rec, waited: list | None = None, batch: list | None = None) -> bool:
+    def _fetch(self, rec: _Rec, batch: list | None = None) -> bool:
         """Copy a swapped entry back on the h2d stream. With `batch` (a prefetch), the
-        entry joins it and the caller records one event for all of them, and a full
+        entry joins it: the h2d stream waits for the compute stream once, before the
+        batch's first copy, the caller records one event for all of them, and a full
         pool ends the prefetch (False) instead of making room."""
         gpu = self.gpu
         if batch is None:
@@ -706,10 +704,8 @@ class _Swapper:
             except MemoryError:
                 return False
         s = gpu.h2d
-        if waited is None or not waited[0]:
+        if not batch:
             gpu._copy_stream_after_compute(s)
-            if waited is not None:
-                waited[0] = True
         t0 = gpu.record(s) if gpu.tracing else None
         gpu._memcpy(dst.data.ptr, rec.host_ptr, rec.nbytes, _H2D, s.ptr)
         if t0 is not None:
@@ -721,11 +717,9 @@ class _Swapper:
             rec.ev_in = gpu.record(s)
         else:
             batch.append(rec)
-        if waited is not None:
             rec.ahead = True
             self.ahead += 1
             self.ahead_refs.append(weakref.ref(rec))
-        self.prefetched_bytes += rec.nbytes
         gpu.stats["swap_in_bytes"] += rec.nbytes
         gpu.stats["swap_ins"] += 1
         return True
@@ -759,11 +753,10 @@ class _Swapper:
         if not cands or (len(cands) < PREFETCH_MIN and self.ahead >= PREFETCH_MIN and k >= 0):
             return
         del h[k + 1:]            # the candidates and the dead references above them
-        waited = [False]
         batch: list = []
         done = 0
         for rec in cands:
-            if not self._fetch(rec, waited, batch):
+            if not self._fetch(rec, batch):
                 break
             self._used += rec.nbytes
             done += 1

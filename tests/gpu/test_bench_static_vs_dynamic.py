@@ -9,7 +9,7 @@ from bench import static_vs_dynamic_gpu as S
 
 
 def test_dynamic_and_static_steps_compute_the_same_loss():
-    xv = S._input(6, 4, 8)
+    xv = S._input(6, 4, 8, False)
     models = {k: S.GpuLstm(k, 6, 4, 8, 16) for k in ("dynamic", "static")}
     try:
         losses = {k: m.step(xv) for k, m in models.items()}
