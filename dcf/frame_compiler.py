@@ -27,6 +27,9 @@ from dcf.token import DEAD
 __all__ = ["compile_frames", "CompiledFrame"]
 
 _YIELD_S = 0.002
+# A loop on GPUs records an event per GPU this many times per parallel_iterations
+# window (every max(1, pi // MARKS_PER_WINDOW) iterations) to bound the work in flight.
+MARKS_PER_WINDOW = 4
 
 # Kernels that are one Python operator (see the op tables in ops/math_ops.py and
 # ops/control_ops.py) are emitted inline: same semantics, no call.
@@ -277,11 +280,20 @@ class _Codegen:
             self.emit(b, f"m{m.id} = n{n.id}")
         self.emit(b, f"{itv} += 1")
         if gpus:
+            # An event per GPU every `stride` iterations (an event costs the host about
+            # as much as a kernel launch); waiting for the one `pi // stride` marks back
+            # keeps at most pi iterations in flight, and at least pi - stride + 1.
             q = f"_gq{itv}"
-            self.emit(b, f"{q}.append(_mark{itv}())")
-            self.emit(b, f"if len({q}) >= {max(1, int(f.parallel_iterations))}:")
-            self.emit(b + 1, f"for _ev in {q}.popleft():")
-            self.emit(b + 2, "while not _ev.done: yield _ev")
+            pi = max(1, int(f.parallel_iterations))
+            stride = max(1, pi // MARKS_PER_WINDOW)
+            m = b
+            if stride > 1:
+                self.emit(b, f"if not {itv} % {stride}:")
+                m = b + 1
+            self.emit(m, f"{q}.append(_mark{itv}())")
+            self.emit(m, f"if len({q}) >= {pi // stride}:")
+            self.emit(m + 1, f"for _ev in {q}.popleft():")
+            self.emit(m + 2, "while not _ev.done: yield _ev")
         # Look at the clock every _N iterations, _N adapting (1..64) so that checks come
         # about every 0.5 ms whether an iteration takes 100 ns or 10 ms.
         self.emit(b, "_n -= 1")

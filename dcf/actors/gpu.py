@@ -20,7 +20,7 @@ event; a device value leaving for a CPU device or a fetch is copied on the d2h s
 into pinned memory, and the receiver gets it when the copy's event has completed (the
 actor polls events from the event loop; nothing blocks it). A device value going to
 another GPU of this process travels as (array, event) and is copied peer-to-peer on
-the receiver's h2d stream. Values the host must look at inside a GPU partition (a
+the receiver's compute stream after that event. Values the host must look at inside a GPU partition (a
 predicate computed from device data) are read with a blocking copy: that is the one
 place this version blocks the event loop.
 
@@ -68,6 +68,8 @@ PREFETCH_MIN = 4              # smallest prefetch batch while others are on thei
 D2H_IN_FLIGHT = 16            # swap-out copies queued on the d2h stream at once
 PUMP_BATCH = 4                # swap-outs started together (one pair of events per batch)
 PREFETCH_MAX_USE = 0.95       # the first PREFETCH_ITEMS come back while use is under this
+PEER_KEEP_N = 8               # peer copies whose sources share one keep-alive event
+PEER_KEEP_BYTES = 64 << 20    # ... or this many of their bytes
 RELIEF_BYTES = 256 << 20      # what one throttling step moves out beyond what is owed
 USAGE_EVERY = 16              # swapper decisions re-read pool use this often
 
@@ -117,6 +119,8 @@ class GpuDevice:
         self.swapper = _Swapper(self)
         self.stats = collections.Counter()
         self._peers: set[int] = {index}       # devices whose memory copies here read
+        self._peer_sources: list = []         # sources of peer copies, no event yet
+        self._peer_held = 0
 
     # ------------------------------------------------------------ context
     def activate(self) -> None:
@@ -176,6 +180,8 @@ class GpuDevice:
 
     def collect(self) -> None:
         """Release what finished copies no longer need; run their callbacks."""
+        if self._peer_sources:
+            self._release_peer_sources()
         d = self._deferred
         while d and d[0][0].done:
             d.popleft()
@@ -293,7 +299,13 @@ class GpuDevice:
         return host, ev
 
     def from_peer(self, gv: _PeerValue, what: str = "value", where: tuple = ("", -1)) -> Any:
-        """Copy a value of another GPU of this process here, on the h2d stream."""
+        """Copy a value of another GPU of this process here, on this GPU's compute stream
+        once the producer's event is done. The destination comes from the pool in
+        compute-stream order, so no earlier kernel can still be reading it and its
+        consumers need no event of their own (a copy stream would have to wait for the
+        compute stream first and make it wait in turn: two more events, no overlap). The
+        source buffer stays alive until an event after the copy is done: one event per
+        PEER_KEEP_N copies or PEER_KEEP_BYTES, and at the end of the step."""
         if _ACTIVE[0] is not self or _ACTIVE[1] != _ident():
             self.activate()
         src = gv.array
@@ -302,20 +314,30 @@ class GpuDevice:
         if gv.device not in self._peers:
             self._enable_peer(gv.device)
         dst = self.alloc(src.shape, src.dtype, what)
-        s = self.h2d
-        self._copy_stream_after_compute(s)
+        s = self.compute
         s.wait_event(gv.event)
         t0 = self.record(s) if self.tracing else None
-        if src.nbytes:
-            self._memcpy_peer(dst.data.ptr, self.index, src.data.ptr, gv.device, src.nbytes,
-                              s.ptr)
-        ev = self.record(s)
-        self.compute.wait_event(ev)
-        self.defer(ev, gv)  # the source buffer stays alive until the copy is done
-        self.stats["peer_bytes"] += src.nbytes
+        n = src.nbytes
+        if n:
+            self._memcpy_peer(dst.data.ptr, self.index, src.data.ptr, gv.device, n, s.ptr)
         if t0 is not None:
-            self.trace_events.append((f"P2P {what}", "MemcpyPtoP", t0, ev, "h2d") + where)
+            self.trace_events.append((f"P2P {what}", "MemcpyPtoP", t0, self.record(s),
+                                      "compute") + where)
+        held = self._peer_sources
+        held.append(gv)
+        self._peer_held += n
+        if len(held) >= PEER_KEEP_N or self._peer_held >= PEER_KEEP_BYTES:
+            self._release_peer_sources()
+        self.stats["peer_bytes"] += n
         return dst
+
+    def _release_peer_sources(self) -> None:
+        """Keep the sources of the peer copies issued so far alive until they are done."""
+        if _ACTIVE[0] is not self or _ACTIVE[1] != _ident():
+            self.activate()
+        self.defer(self.record(self.compute), self._peer_sources)
+        self._peer_sources = []
+        self._peer_held = 0
 
     def _enable_peer(self, other: int) -> None:
         """Let this GPU's copies read `other`'s memory directly (NVLink/PCIe peer

@@ -43,6 +43,7 @@ from dcf.ops.array_ops import (
     strided_slice,
     zeros_like,
 )
+from dcf.ops.gpu_elementwise import SINGLE as RAW_SINGLE, raw_gpu
 from dcf.ops.gpu_kernels import matmul_gpu, sum_gpu
 from dcf.ops.registry import (
     OpDef,
@@ -322,7 +323,8 @@ _BINARY = [
 ]
 # fmt: on
 for _type, _kernel, _kind, _bool_out in _BINARY:
-    register(OpDef(_type, infer=_binary_infer(_kind, _bool_out), kernel=_kernel))
+    register(OpDef(_type, infer=_binary_infer(_kind, _bool_out), kernel=_kernel,
+                   gpu_kernel=raw_gpu(_type, _kernel) if _type in RAW_SINGLE else None))
 not_differentiable(
     "FloorDiv",
     "Equal",
@@ -461,7 +463,8 @@ def _unary_grad(fn):
 
 
 for _type, _ukernel, _kind, _grad in _UNARY:
-    register(OpDef(_type, infer=_unary_infer(_kind), kernel=_ukernel))
+    register(OpDef(_type, infer=_unary_infer(_kind), kernel=_ukernel,
+                   gpu_kernel=raw_gpu(_type, _ukernel) if _type in RAW_SINGLE else None))
     if _grad is None:
         not_differentiable(_type)
     else:

@@ -333,3 +333,68 @@ def test_training_on_gpu_matches_cpu(rng):
             return s.run(loss, {x: xv, y: yv})
 
     np.testing.assert_allclose(train("/gpu:0"), train("/cpu:0"), rtol=1e-4)
+
+
+# ------------------------------------------------------------------ work in flight
+@pytest.mark.parametrize("pi", [1, 3, 8, 10, 32])
+def test_a_gpu_loop_keeps_at_most_parallel_iterations_in_flight(monkeypatch, pi):
+    """The compiled loop bounds the GPU work it has enqueued but not seen finish by
+    waiting for events it records on the compute stream: stand-in events that finish
+    only once the host waits for them show how far it runs ahead -- never more than
+    parallel_iterations, and (with a predicate on the host) at least half of it."""
+    from dcf import frame_compiler
+
+    started = [0]          # iterations whose body has been enqueued
+    done_upto = [0]        # iterations the "GPU" has finished
+    in_flight: list = []
+
+    class Ev:
+        def __init__(self, upto):
+            self.upto = upto
+            self.asked = False
+
+        @property
+        def done(self):
+            if not self.asked:           # the first look finds it running
+                self.asked = True
+                return False
+            done_upto[0] = max(done_upto[0], self.upto)
+            return True
+
+        def synchronize(self):
+            done_upto[0] = max(done_upto[0], self.upto)
+
+        def query(self):
+            return self.done
+
+    def marker(gpus):
+        def mark():
+            in_flight.append(started[0] - done_upto[0])
+            return [Ev(started[0]) for _ in gpus]
+        return mark
+
+    monkeypatch.setattr(frame_compiler, "_marker", marker)
+
+    def count(i):
+        started[0] += 1
+        return i
+
+    n = 40
+    g = dcf.Graph()
+    with g.as_default():
+        def body(i, x):
+            j = dcf.reshape(dcf.py_func(count, [i], dcf.int32), [])
+            with dcf.device("/gpu:0"):
+                return j + 1, dcf.tanh(x @ dcf.constant(np.eye(4) * 0.5))
+        with dcf.device("/gpu:0"):
+            _, out = dcf.while_loop(lambda i, x: i < n, body, (0, dcf.constant(np.ones((4, 4)))),
+                                    parallel_iterations=pi)
+    with dcf.Session(g) as s:
+        got = s.run(out)
+    want = np.ones((4, 4))
+    for _ in range(n):
+        want = np.tanh(want @ (np.eye(4) * 0.5))
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    assert started[0] == n and in_flight
+    assert max(in_flight) <= pi
+    assert max(in_flight) >= max(1, (pi + 1) // 2)

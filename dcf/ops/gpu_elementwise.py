@@ -1,0 +1,169 @@
+"""Elementwise GPU kernels launched with the least host work.
+
+On a GPU a step of small kernels is bound by the host's cost per launch, and cupy's
+general elementwise machinery is the largest part of it for the commonest ops: on the
+lent H100 host, `x + y` on two 64x64 float32 arrays costs 16.2 us of host time,
+`cupy.tanh(x)` 13.2 us and a generated `ElementwiseKernel` 13.7 us, against 6.4 us for
+a `RawKernel` launch plus 2-3.7 us for `cupy.empty` (bench/NOTES.md, "GPU, session 5").
+cupy spends the difference on what an elementwise call *may* need -- broadcasting,
+type resolution, argument indexers -- so for the shapes dcf's ops mostly meet this
+module compiles one raw kernel per expression, dtype and argument layout:
+
+- every device argument has the output's shape and is C-contiguous (``a``), or is the
+  output's trailing dimensions, C-contiguous (``r``, a bias row: element ``i % m``),
+  or holds one element (``p``, read through its pointer);
+- a host argument is a numpy scalar of the same dtype, passed by value (``s``);
+- one float dtype throughout (float32 or float64), and the output is new.
+
+Anything else (integers, mixed dtypes, other broadcasts, strided views, and the test
+stand-in for cupy, which has no `RawKernel`) returns None and the caller runs its
+general kernel. Kernels are compiled without FMA contraction, so a single op equals
+cupy's ufunc bit for bit and a fused expression rounds each operation as the ops one
+by one would.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+
+__all__ = ["RawElementwise", "raw_gpu", "SINGLE"]
+
+_THREADS = 256
+_MAX_BLOCKS = 1 << 16
+_CTYPE = {"f": "float", "d": "double"}
+_names = itertools.count()
+
+# Single ops whose GPU body is one raw kernel: the expression over in0, in1 in the
+# order the generic body (dcf/ops/math_ops.py, xp = cupy) computes it.
+SINGLE: dict[str, str] = {
+    "Add": "in0 + in1", "Sub": "in0 - in1", "Mul": "in0 * in1", "RealDiv": "in0 / in1",
+    "Neg": "-in0", "Square": "in0 * in0", "Exp": "exp(in0)", "Tanh": "tanh(in0)",
+    "Sigmoid": "(T)1 / (exp(-in0) + (T)1)",
+    "TanhGrad": "((T)1 - in0 * in0) * in1",
+    "SigmoidGrad": "(((T)1 - in0) * in0) * in1",
+}
+
+
+class RawElementwise:
+    """One elementwise expression over in0..in{n-1} (type T) as raw CUDA kernels."""
+
+    def __init__(self, cp: Any, expression: str, n_in: int, name: str = "") -> None:
+        self.cp = cp
+        self.expression = expression
+        self.n_in = n_in
+        self.name = f"dcf_raw_{name or 'ew'}_{next(_names)}"
+        self.available = hasattr(cp, "RawKernel")
+        self.nd = cp.ndarray
+        self._kernels: dict[tuple, Any] = {}
+
+    def __call__(self, args: tuple) -> Any:
+        """The result as a new device array, or None when `args` don't fit (above)."""
+        if not self.available or len(args) != self.n_in:
+            return None
+        nd = self.nd
+        out_shape = None
+        dt = None
+        size = 0
+        for a in args:               # the output: the largest device argument
+            if type(a) is nd:
+                if dt is None:
+                    dt = a.dtype
+                elif a.dtype != dt:
+                    return None
+                if a.size > size or out_shape is None:
+                    out_shape, size = a.shape, a.size
+        if dt is None or dt.char not in "fd" or size == 0:
+            return None
+        layout = []
+        params: list = []
+        nout = len(out_shape)
+        for a in args:
+            if type(a) is nd:
+                if not a.flags.c_contiguous:
+                    return None
+                if a.shape == out_shape:
+                    layout.append("a")
+                    params.append(a)
+                elif a.size == 1 and a.ndim <= nout:
+                    layout.append("p")
+                    params.append(a)
+                elif 0 < a.ndim < nout and a.shape == out_shape[nout - a.ndim:]:
+                    layout.append("r")
+                    params.append(a)
+                    params.append(np.int64(a.size))
+                else:
+                    return None
+            elif isinstance(a, np.generic) and a.dtype == dt:
+                layout.append("s")
+                params.append(a)
+            else:
+                return None
+        key = (dt.char, "".join(layout))
+        k = self._kernels.get(key)
+        if k is None:
+            try:
+                k = self._compile(*key)
+            except Exception:   # noqa: BLE001 - no compiler here: cupy's kernels do it
+                self.available = False
+                return None
+            self._kernels[key] = k
+        out = self.cp.empty(out_shape, dt)
+        params.append(out)
+        params.append(np.int64(size))
+        blocks = min((size + _THREADS - 1) // _THREADS, _MAX_BLOCKS)
+        k((blocks,), (_THREADS,), tuple(params))
+        return out
+
+    def _compile(self, char: str, layout: str) -> Any:
+        ps, loads = [], []
+        for j, kind in enumerate(layout):
+            if kind == "a":
+                ps.append(f"const T* __restrict__ p{j}")
+                loads.append(f"const T in{j} = p{j}[i];")
+            elif kind == "r":
+                ps.append(f"const T* __restrict__ p{j}, const long long m{j}")
+                loads.append(f"const T in{j} = p{j}[i % m{j}];")
+            elif kind == "p":
+                ps.append(f"const T* __restrict__ p{j}")
+                loads.append(f"const T in{j} = p{j}[0];")
+            else:
+                ps.append(f"const T in{j}")
+        name = f"{self.name}_{layout}_{char}"
+        code = (
+            f"typedef {_CTYPE[char]} T;\n"
+            f'extern "C" __global__ void {name}({", ".join(ps)}, T* __restrict__ out, '
+            "const long long n) {\n"
+            "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;\n"
+            "       i += (long long)blockDim.x * gridDim.x) {\n"
+            f"    {' '.join(loads)}\n"
+            f"    out[i] = {self.expression};\n"
+            "  }\n}\n")
+        return self.cp.RawKernel(code, name, options=("--fmad=false",))
+
+
+def raw_gpu(op_type: str, generic: Any) -> Any:
+    """The GPU body of a SINGLE op: its raw kernel where the arguments fit, else
+    `generic` (the op's kernel with xp = cupy)."""
+    expr = SINGLE[op_type]
+    n_in = 1 + ("in1" in expr)
+    kernels: dict[int, RawElementwise] = {}
+
+    # the generic SigmoidGrad associates dy * y * (1 - y) left to right unless y and dy
+    # are same-shaped arrays (then in place: (1 - y) * y * dy): the raw kernel only for
+    # those, so that both round alike
+    same_shape_only = op_type == "SigmoidGrad"
+
+    def body(xp, *args, **kw):
+        if same_shape_only and not (len(args) == 2 and getattr(args[0], "ndim", 0) and
+                                    args[0].shape == getattr(args[1], "shape", None)):
+            return generic(xp, *args, **kw)
+        k = kernels.get(id(xp))
+        if k is None:
+            k = kernels[id(xp)] = RawElementwise(xp, expr, n_in, op_type.lower())
+        out = k(args)
+        return generic(xp, *args, **kw) if out is None else out
+    body.__name__ = f"{op_type.lower()}_gpu"
+    return body

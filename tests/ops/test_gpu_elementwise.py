@@ -1,0 +1,148 @@
+"""The raw elementwise launcher's host side (dcf/ops/gpu_elementwise.py) against a
+stand-in cupy whose RawKernel runs the generated kernel's loop with numpy: which
+argument layouts it takes, how it packs parameters, the output's shape and dtype, and
+what it leaves to the general kernel. (The CUDA side runs on the device:
+tests/gpu/test_gpu_raw_elementwise.py.)"""
+
+from __future__ import annotations
+
+import re
+import types
+
+import numpy as np
+import pytest
+
+from dcf.ops.gpu_elementwise import SINGLE, RawElementwise, raw_gpu
+
+
+class _Dev(np.ndarray):
+    """A 'device array' of the stand-in: a numpy array of its own type."""
+
+
+def _dev(a):
+    return np.ascontiguousarray(a).view(_Dev)
+
+
+class _RawKernel:
+    compiled: list = []
+
+    def __init__(self, code, name, options=()):
+        assert "--fmad=false" in options
+        self.code, self.name = code, name
+        params = re.search(r"\((.*)\) \{", code).group(1).split(", ")
+        self.params = [p.split()[-1] for p in params]
+        self.expr = re.search(r"out\[i\] = (.*);", code).group(1)
+        self.loads = dict(re.findall(r"const T (in\d+) = ([^;]+);", code))
+        self.ctype = re.search(r"typedef (\w+) T;", code).group(1)
+        _RawKernel.compiled.append(name)
+
+    def __call__(self, grid, block, args):
+        assert len(args) == len(self.params)
+        env = dict(zip(self.params, args))
+        out, n = env["out"], int(env["n"])
+        assert isinstance(out, _Dev) and out.size == n and grid[0] * block[0] >= min(n, 256)
+        T = np.float32 if self.ctype == "float" else np.float64
+        i = np.arange(n)
+        vals = {}
+        for j in range(len([p for p in self.params if re.fullmatch(r"(p|in)\d+", p)])):
+            src = self.loads.get(f"in{j}")
+            if src is None:
+                vals[f"in{j}"] = T(env[f"in{j}"])
+            else:
+                p = np.asarray(env[f"p{j}"]).reshape(-1)
+                idx = {"[i]": i, "[0]": 0}.get(src[len(f"p{j}"):])
+                if idx is None:                     # p[i % m]
+                    idx = i % int(env[f"m{j}"])
+                vals[f"in{j}"] = p[idx]
+        py = self.expr.replace("(T)1", "T(1)").replace("tanh(", "np.tanh(") \
+            .replace("exp(", "np.exp(")
+        out.reshape(-1)[:] = eval(py, {"np": np, "T": T}, vals)
+
+
+def _stand_in():
+    return types.SimpleNamespace(ndarray=_Dev, RawKernel=_RawKernel,
+                                 empty=lambda shape, dt: np.empty(shape, dt).view(_Dev))
+
+
+def _generic(xp, *args, **kw):
+    raise AssertionError("the raw kernel should have taken these arguments")
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+@pytest.mark.parametrize("op", sorted(SINGLE))
+def test_single_ops_match_numpy_for_each_layout(op, dt):
+    rng = np.random.default_rng(0)
+    cp = _stand_in()
+    body = raw_gpu(op, _generic)
+    x = rng.uniform(-2, 2, (3, 5)).astype(dt)
+    y = rng.uniform(0.5, 2, (3, 5)).astype(dt)
+    two_inputs = "in1" in SINGLE[op]
+    ref = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "RealDiv": np.divide,
+           "Neg": np.negative, "Square": np.square, "Exp": np.exp, "Tanh": np.tanh,
+           "Sigmoid": lambda v: 1 / (1 + np.exp(-v)),
+           "TanhGrad": lambda v, g: g * (1 - v * v),
+           "SigmoidGrad": lambda v, g: g * v * (1 - v)}[op]
+    cases = [((x, y), (x, y))] if two_inputs else [((x,), (x,))]
+    if two_inputs and op != "SigmoidGrad":   # (that one: same shapes only, below)
+        cases += [((x, y[0]), (x, y[0])),                 # a bias row
+                  ((x[0], y), (x[0], y)),                 # ... as the first argument
+                  ((x, y[:1, :1]), (x, y[:1, :1])),       # one element on the device
+                  ((x, dt(1.5)), (x, np.asarray(dt(1.5)))),   # a host scalar
+                  ((dt(0.25), y), (np.asarray(dt(0.25)), y))]
+    for args, ref_args in cases:
+        dev_args = tuple(_dev(a) if isinstance(a, np.ndarray) else a for a in args)
+        got = body(cp, *dev_args)
+        want = ref(*[np.asarray(a, np.float64) for a in ref_args])
+        assert isinstance(got, _Dev) and got.dtype == dt and got.shape == want.shape
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5 if dt == np.float32 else 1e-12)
+
+
+def test_what_it_leaves_to_the_general_kernel():
+    cp = _stand_in()
+    k = RawElementwise(cp, "in0 + in1", 2)
+    x = _dev(np.ones((4, 3), np.float32))
+    assert k((x, _dev(np.ones((4, 3), np.float64)))) is None          # mixed dtypes
+    assert k((x, np.float64(1.0))) is None                            # a scalar of another dtype
+    assert k((x, 1.0)) is None                                        # a Python float
+    assert k((_dev(np.ones((4, 3), np.int32)),) * 2) is None          # integers
+    assert k((x, _dev(np.ones((4, 1), np.float32)))) is None          # a column broadcast
+    assert k((x, np.asfortranarray(np.ones((4, 3), np.float32)).view(_Dev))) is None
+    assert k((x, _dev(np.ones((4, 6), np.float32))[:, ::2])) is None  # strided view
+    assert k((x, _dev(np.ones((1, 1, 1), np.float32)))) is None       # broadcast adds dims
+    assert k((_dev(np.ones((0, 3), np.float32)),) * 2) is None        # empty
+    assert k((np.float32(1), np.float32(2))) is None                  # nothing on the device
+    assert k((x,)) is None                                            # wrong arity
+    nocp = types.SimpleNamespace(ndarray=_Dev, empty=cp.empty)        # no RawKernel
+    assert RawElementwise(nocp, "in0 + in1", 2)((x, x)) is None
+
+
+def test_one_kernel_per_dtype_and_layout():
+    cp = _stand_in()
+    _RawKernel.compiled = []
+    k = RawElementwise(cp, "in0 * in1", 2)
+    x32, x64 = _dev(np.ones((2, 3), np.float32)), _dev(np.ones((2, 3)))
+    for _ in range(3):
+        k((x32, x32))
+        k((x64, x64))
+        k((x32, _dev(np.ones(3, np.float32))))
+        k((x32, np.float32(2)))
+    assert len(_RawKernel.compiled) == 4
+    assert {n.rsplit("_", 2)[1:] == [lay, c] for n, lay, c in
+            zip(_RawKernel.compiled, ["aa", "aa", "ar", "as"], "fdff")} == {True}
+
+
+def test_sigmoid_grad_takes_the_raw_kernel_only_for_same_shaped_arrays():
+    cp = _stand_in()
+    calls = []
+
+    def generic(xp, y, dy):
+        calls.append(1)
+        return dy * y * (1 - y)
+
+    body = raw_gpu("SigmoidGrad", generic)
+    y = _dev(np.full((2, 3), 0.25, np.float32))
+    body(cp, y, y)
+    assert calls == []
+    body(cp, y, _dev(np.ones(3, np.float32)))
+    body(cp, np.asarray(np.float32(0.5)).view(_Dev), np.asarray(np.float32(1)).view(_Dev))
+    assert calls == [1, 1]
