@@ -92,10 +92,10 @@ class WorkerHost:
             on_tensor=self._on_tensor, on_control=self._on_control,
             on_peer_lost=self._on_peer_lost)
         self.transport.on_tensors = self._on_tensors
+        self.rendezvous = LocalRendezvous()
         # Messages that arrive together are all delivered before the partitions they
         # feed run (once each), e.g. a barrier's answers from several tasks.
-        self.transport.on_burst = (self._burst_begin, self._burst_end)
-        self.rendezvous = LocalRendezvous()
+        self.transport.on_burst = (self.rendezvous.hold, self.rendezvous.release)
         self.rendezvous.remote_send = self._remote_send
         self.rendezvous.remote_send_batch = self._remote_send_batch
         self.clients: dict[str, _Client] = {}
@@ -191,7 +191,14 @@ class WorkerHost:
     def _on_tensors(self, src: str, items: list) -> None:
         """The values of one message: delivered together, then acted on."""
         if len(items) == 1:
-            self._on_tensor(src, *items[0])
+            key, value, is_dead = items[0]
+            # the common case without a call: one value for a Recv (valid_key inline)
+            if type(key) is tuple and len(key) == 3 and type(key[0]) is int and \
+                    type(key[1]) is str and key[1] != FEED and type(key[2]) is tuple and \
+                    self.recorded_keys is None:
+                self.rendezvous.send(key, DEAD if is_dead else value)
+            else:
+                self._on_tensor(src, key, value, is_dead)
             return
         ok = []
         for key, value, is_dead in items:
@@ -205,15 +212,10 @@ class WorkerHost:
         if ok:
             self.rendezvous.deliver_all(ok)
 
-    def _burst_begin(self) -> None:
-        self.rendezvous.hold()
-
-    def _burst_end(self) -> None:
-        self.rendezvous.release()
-
     def _remote_send(self, peer: str, key: tuple, value: Any) -> None:
         try:
-            value = _host(value)
+            if type(value) not in _HOST_TYPES:
+                value = _host(value)
             if value is DEAD:
                 self.transport.send_tensor(peer, key, None, is_dead=True)
             else:
@@ -436,6 +438,10 @@ async def _gather_fail_fast(coros: list) -> list:
         for t in tasks:
             if not t.done():
                 t.cancel()
+
+
+# what `_host` returns as is, checked without a call (numpy's scalar types and arrays)
+_HOST_TYPES = frozenset([np.ndarray, *(np.dtype(t).type for t in "?efdihlqbBHILQFD")])
 
 
 def _host(v: Any) -> Any:

@@ -245,7 +245,20 @@ def pack_tensors(items: Sequence[tuple[Key, Any, bool]], bulk_min: int
     Raises:
         CodecError: as `encode_tensor`; or no items.
     """
-    if not items:
+    if len(items) == 1:
+        # fast path: one live numpy scalar with a (step, edge, flat tag) key, e.g. a
+        # loop's per-iteration value (the same bytes as the general path below)
+        key, value, is_dead = items[0]
+        scalar = _SCALARS.get(type(value))
+        if scalar is not None and not is_dead and type(key) is tuple and len(key) == 3 \
+                and type(key[0]) is int and type(key[1]) is str and type(key[2]) is tuple:
+            for p in key[2]:
+                if type(p) not in _KEY_ATOMS:
+                    break
+            else:
+                header = _packb([key, scalar, ()])
+                return b"".join((_U32.pack(len(header)), header, value.tobytes())), None
+    elif not items:
         raise CodecError("no tensors to pack")
     parts: list[Any] = []
     bulk = None
@@ -287,7 +300,8 @@ def unpack_tensors(body: Any, bulk: Any = None) -> list[tuple[Key, Any, bool]]:
         CodecError: anything is malformed (lengths, msgpack, key, dtype, shape, or bytes
             left over); nothing is returned then.
     """
-    view = _as_bytes_view(body)
+    view = body if type(body) is memoryview and body.format == "B" and body.ndim == 1 \
+        else _as_bytes_view(body)   # (the transport passes a byte view already)
     end = len(view)
     if bulk is not None:
         bulk = _as_bytes_view(bulk)
@@ -318,7 +332,16 @@ def unpack_tensors(body: Any, bulk: Any = None) -> list[tuple[Key, Any, bool]]:
             raise CodecError(f"a tensor header is [key, dtype, shape] or [key], got "
                              f"{len(header)} fields")
         key, dtype_str, shape = header
-        _check_key(key)
+        # _check_key's fast path inline (one call less per item): a (step, edge, flat
+        # tag) key passes here; anything else gets the full check
+        if type(key) is tuple and len(key) == 3 and type(key[0]) is int \
+                and type(key[1]) is str and type(key[2]) is tuple:
+            for p in key[2]:
+                if type(p) not in _KEY_ATOMS:
+                    _check_key(key)
+                    break
+        else:
+            _check_key(key)
         dtype = _DTYPES.get(dtype_str) if type(dtype_str) is str else None
         if dtype is None:
             raise CodecError(
@@ -328,10 +351,10 @@ def unpack_tensors(body: Any, bulk: Any = None) -> list[tuple[Key, Any, bool]]:
             size = dtype.itemsize   # a scalar
             if pos + size <= end and not (pos + size == end and bulk is not None):
                 read, scalar_type = _SCALAR_READ[dtype_str]
-                value = scalar_type(read(view, pos)[0])
-                if value == value:   # (a NaN goes through numpy: its bits stay as sent)
+                x = read(view, pos)[0]
+                if x == x:   # (a NaN goes through numpy: its bits stay as sent)
                     pos += size
-                    out.append((key, value, False))
+                    out.append((key, scalar_type(x), False))
                     continue
         else:
             shape = _check_shape(shape, dtype)

@@ -203,15 +203,15 @@ class _StepRun:
         """Hand held values to the transport: one message per peer."""
         rendezvous = self.rendezvous
         batch = rendezvous.remote_send_batch
-        items_of = list(self.held.items())
-        self.held.clear()
+        held = self.held
+        self.held = {}
         self.held_n = 0
         self.urgent = False
         self.oldest_held = False
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
-        for peer, items in items_of:
+        for peer, items in held.items():
             if len(items) == 1 or batch is None:
                 for key, v in items:
                     rendezvous.remote_send(peer, key, v)

@@ -96,6 +96,9 @@ _RCVMORE = int(zmq.RCVMORE)
 # identity, frame 0, bulk
 _MAX_FRAMES = 3
 _LENGTHS = [struct.Struct(f"<{n}Q").pack for n in range(5)]
+# libzmq's send as pyzmq's backend has it: the sugar `Socket.send` wraps it in a Python
+# call that only adds draft-API arguments (routing_id, group) this transport never uses.
+_send = zmq.backend.Socket.send
 
 
 class Transport(Protocol):
@@ -125,7 +128,8 @@ class _Peer:
     lost: bool = False
     socket: zmq.asyncio.Socket | None = None
     task: asyncio.Task[None] | None = None
-    send_now: Any = None          # a plain (sync) shadow socket's send, for the fast path
+    send_now: Any = None          # a plain (sync) shadow socket, for the fast path
+    busy: bool = False            # wakeup is set: the sender task has messages to send
     ident: bytes = b""            # the name as bytes (the MAC's recipient)
 
 
@@ -220,9 +224,10 @@ class ZmqTransport:
         self.on_tensors: Callable[[str, list], None] | None = None
         self.on_control = on_control
         self.on_peer_lost = on_peer_lost
-        # Optional (begin, end): called before the first and after the last message that
-        # one wake-up of the receive loop handles (at most _BURST_GROUP in between), so
-        # that a consumer can act once on several messages that arrived together.
+        # Optional (begin, end): called before the first and after the last of several
+        # messages that one wake-up of the receive loop handles together (at most
+        # _BURST_GROUP in between), so that a consumer can act once on messages that
+        # arrived together. A message that arrived alone is handled without them.
         self.on_burst: tuple[Callable[[], None], Callable[[], None]] | None = None
         self.stats: dict[str, int] = dict.fromkeys(
             ("sent", "sent_bytes", "received", "received_bytes", "rejected", "callback_errors"), 0
@@ -462,16 +467,16 @@ class ZmqTransport:
             )
         # Fast path: nothing queued or in flight to this peer (its sender task clears the
         # wakeup flag only once its queue is empty and its last send has completed).
-        send = peer.send_now
-        if send is not None and not peer.queue and not peer.wakeup.is_set():
+        sock = peer.send_now
+        if sock is not None and not peer.busy and not peer.queue:
             try:
                 if bulk is None:
-                    send(frame, _NOBLOCK)
+                    _send(sock, frame, _NOBLOCK)
                 else:
                     # a multipart message is atomic in libzmq: a full pipe refuses the
                     # first frame (Again), never a later one
-                    send(frame, _NOBLOCK_MORE)
-                    send(bulk, _NOBLOCK, copy=False)
+                    _send(sock, frame, _NOBLOCK_MORE)
+                    _send(sock, bulk, _NOBLOCK, False)
             except zmq.Again:
                 pass  # full pipe: the sender task takes over
             else:
@@ -479,6 +484,7 @@ class ZmqTransport:
                 self.stats["sent_bytes"] += nbytes
                 return
         peer.queue.append(([frame] if bulk is None else [frame, bulk], bulk is None, nbytes))
+        peer.busy = True
         peer.wakeup.set()
 
     def _connect(self, peer: _Peer) -> None:
@@ -491,7 +497,7 @@ class ZmqTransport:
             sock.curve_serverkey = peer.server_key
         sock.connect(peer.address)
         peer.socket = sock
-        peer.send_now = zmq.Socket.shadow(sock.underlying).send
+        peer.send_now = zmq.Socket.shadow(sock.underlying)
         peer.task = asyncio.create_task(
             self._drain(peer, sock), name=f"dcf-transport-send-{self.name}-{peer.name}"
         )
@@ -517,6 +523,7 @@ class ZmqTransport:
                         burst = 0
                         await asyncio.sleep(0)
                 # No await between the emptiness check and clear(): an enqueue cannot be lost.
+                peer.busy = False
                 wakeup.clear()
                 await wakeup.wait()
         except zmq.ZMQError as e:  # socket closed under us (remove_peer/close)
@@ -539,6 +546,7 @@ class ZmqTransport:
             # as bytes, a bulk frame without a copy.
             n = 0
             burst = self.on_burst
+            held = False   # burst's begin called, its end not yet
             try:
                 while True:
                     try:
@@ -554,23 +562,31 @@ class ZmqTransport:
                         while get(_RCVMORE):
                             recv(_NOBLOCK, copy=False)
                             extra += 1
-                    if burst is not None and n % _BURST_GROUP == 0:
-                        if n:
+                    # Asked before this message is handled: whether another one is in.
+                    # Only messages that came together are bracketed by on_burst (at most
+                    # _BURST_GROUP per bracket); a lone one, as in a loop's round trip, is
+                    # handled without.
+                    more = get(_EVENTS) & _POLLIN
+                    if burst is not None:
+                        if held and n % _BURST_GROUP == 0:
+                            held = False
                             burst[1]()
-                        burst[0]()
+                        if more and not held:
+                            held = True
+                            burst[0]()
                     handle(ident, frame, bulk, extra)
                     n += 1
+                    if not more:
+                        return
                     if n == _BURST:  # bounded burst; continue after the others
                         loop.call_soon(on_readable)
-                        return
-                    if not get(_EVENTS) & _POLLIN:
                         return
             except zmq.ZMQError as e:  # socket closed under us
                 log.debug("transport %s: receive loop stopped: %s", self.name, e)
                 if not stopped.done():
                     stopped.set_result(None)
             finally:
-                if n and burst is not None:
+                if held:
                     try:
                         burst[1]()
                     except Exception:
@@ -588,15 +604,37 @@ class ZmqTransport:
 
     def _handle(self, ident: bytes, frame: bytes | None, bulk: memoryview | None = None,
                 extra: int = 0) -> None:
-        """Validate, decode and dispatch one message (its sender's identity, frame 0, the
-        bulk frame, and how many frames beyond those came); never raises."""
+        """Validate (size, sender identity, MAC), decode and dispatch one message: its
+        sender's identity, frame 0, the bulk frame, and how many frames beyond those came.
+        Never raises. (One function on purpose: this runs once per message on a loop's
+        critical path, where each Python call costs several times its warm cost.)"""
         try:
-            src, kind, body, bulk, nbytes = self._verify(ident, frame, bulk, extra)
+            if frame is None or extra:
+                raise _Reject("frame count")
+            # (as the sender counts)
+            nbytes = len(frame) if bulk is None else len(frame) + len(bulk)
+            if nbytes > self.max_message_bytes:
+                raise _Reject("oversized")
+            body = memoryview(frame)
+            src = self._names.get(ident)
+            if src is None:
+                src = self._new_name(ident)
+            if self._mac_pads is not None:
+                if len(body) <= _MAC_BYTES:
+                    raise _Reject("mac")
+                mac, body = body[:_MAC_BYTES], body[_MAC_BYTES:]
+                if not hmac.compare_digest(mac, self._mac(ident, self._ident, body, bulk)):
+                    raise _Reject("mac")
+            if not body:
+                raise _Reject("kind")
+            kind = _KINDS.get(body[0])
             if kind is _TENSOR:
-                items = unpack_tensors(body, bulk)
+                items = unpack_tensors(body[1:], bulk)
             elif kind is _CONTROL:
-                msg, blob = unpack_control(body, bulk)
-            elif body or bulk is not None:
+                msg, blob = unpack_control(body[1:], bulk)
+            elif kind is None:
+                raise _Reject("kind")
+            elif len(body) > 1 or bulk is not None:
                 raise _Reject("heartbeat with payload")
         except _Reject as r:
             self._reject(r.reason)
@@ -642,39 +680,19 @@ class ZmqTransport:
                 log.exception("transport %s: callback failed on a message from %s",
                               self.name, src)
 
-    def _verify(self, ident: bytes, frame: bytes | None, bulk: memoryview | None, extra: int
-                ) -> tuple[str, bytes, memoryview, memoryview | None, int]:
-        """Check size, sender identity and MAC; return (src, kind, body, bulk, bytes)."""
-        if frame is None or extra:
-            raise _Reject("frame count")
-        nbytes = len(frame) if bulk is None else len(frame) + len(bulk)  # as the sender counts
-        if nbytes > self.max_message_bytes:
-            raise _Reject("oversized")
-        frame = memoryview(frame)
-        src = self._names.get(ident)
-        if src is None:
-            # Zero-led identities are the ones libzmq makes up for a DEALER without a
-            # routing id: not a dcf transport.
-            if not ident or ident[0] == 0:
-                raise _Reject("identity")
-            try:
-                src = ident.decode("utf-8")
-            except UnicodeDecodeError:
-                raise _Reject("identity") from None
-            if len(self._names) < 4096:
-                self._names[ident] = src
-        if self._mac_pads is not None:
-            if len(frame) <= _MAC_BYTES:
-                raise _Reject("mac")
-            mac, frame = frame[:_MAC_BYTES], frame[_MAC_BYTES:]
-            if not hmac.compare_digest(mac, self._mac(ident, self._ident, frame, bulk)):
-                raise _Reject("mac")
-        if not frame:
-            raise _Reject("kind")
-        kind = _KINDS.get(frame[0])
-        if kind is None:
-            raise _Reject("kind")
-        return src, kind, frame[1:], bulk, nbytes
+    def _new_name(self, ident: bytes) -> str:
+        """A sender identity not seen before, decoded (and remembered, up to 4096)."""
+        # Zero-led identities are the ones libzmq makes up for a DEALER without a
+        # routing id: not a dcf transport.
+        if not ident or ident[0] == 0:
+            raise _Reject("identity")
+        try:
+            src = ident.decode("utf-8")
+        except UnicodeDecodeError:
+            raise _Reject("identity") from None
+        if len(self._names) < 4096:
+            self._names[ident] = src
+        return src
 
     def _reject(self, reason: str, exc: BaseException | None = None) -> None:
         self.stats["rejected"] += 1

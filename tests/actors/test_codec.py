@@ -400,3 +400,37 @@ def test_a_truncated_scalar_item_is_refused():
     for cut in range(1, 8):
         with pytest.raises(CodecError):
             unpack_tensors(body[:-cut])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_one_packed_scalar_is_its_header_and_its_bytes(dtype):
+    # the one-scalar fast path writes what the format says, byte for byte
+    key = (3, "while/Add_1:0->/job:worker/task:0/cpu:0", ("while", 41))
+    v = np.array(1, dtype=dtype)[()]
+    body, bulk = pack_tensors([(key, v, False)], 1 << 20)
+    header = msgpack.packb([[3, key[1], ["while", 41]], np.dtype(dtype).str, []])
+    assert bulk is None
+    assert body == len(header).to_bytes(4, "little") + header + v.tobytes()
+    (k, got, dead), = unpack_tensors(body)
+    assert k == key and not dead and type(got) is type(v) and got == v
+
+
+def test_one_packed_scalar_with_a_bad_or_nested_key():
+    with pytest.raises(CodecError):   # a float in the tag: not a key
+        pack_tensors([((1, "e", (1.5,)), np.float32(1), False)], 1 << 20)
+    with pytest.raises(CodecError):
+        pack_tensors([((1, "e", [2]), np.float32(1), False)], 1 << 20)
+    nested = (1, "e", ("f", (2, "g")))   # nested tuples are keys too
+    (k, got, _), = unpack_tensors(pack_tensors([(nested, np.int64(5), False)], 1 << 20)[0])
+    assert k == nested and got == 5
+    for bad in ([1, "e", [1.5]], [1, "e", [None]], [1, "e", [[1.5]]]):
+        header = msgpack.packb([bad, "<f4", []])
+        with pytest.raises(CodecError):
+            unpack_tensors(len(header).to_bytes(4, "little") + header + b"\x00" * 4)
+
+
+def test_one_packed_nan_scalar_keeps_its_bits():
+    nan32 = np.frombuffer(b"\x01\x00\xa0\x7f", "<f4")[0]   # a signalling NaN, payload 1
+    for v in (nan32, np.float64("nan"), np.float16("nan")):
+        (_, got, _), = unpack_tensors(pack_tensors([((1, "e", (0,)), v, False)], 1 << 20)[0])
+        assert type(got) is type(v) and got.tobytes() == v.tobytes()

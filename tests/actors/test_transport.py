@@ -568,13 +568,50 @@ async def test_on_burst_brackets_every_delivery_of_a_receive_wake_up():
         await wait_until(lambda: events.count("tensor") == 20 and "control" in events)
         await wait_until(lambda: events[-1] == "end")
         depth = 0
-        for e in events:   # begin, deliveries, end; never nested (a heartbeat alone
-            if e == "begin":   # makes an empty pair)
+        inside = []   # deliveries per bracket
+        for e in events:   # begin, deliveries, end; never nested; a message that
+            if e == "begin":   # arrived alone is delivered outside any bracket
                 assert depth == 0
                 depth = 1
+                inside.append(0)
             elif e == "end":
                 assert depth == 1
                 depth = 0
-            else:
-                assert depth == 1
+            elif depth:
+                inside[-1] += 1
         assert depth == 0
+        assert inside and max(inside) >= 2   # some of the 21 arrived together
+        assert max(inside) <= 16             # _BURST_GROUP
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(30)
+async def test_a_message_that_arrives_alone_is_handled_without_on_burst():
+    # no heartbeats during the test: each data message is its wake-up's only message
+    async with pair(secret=SECRET, heartbeat_interval_s=60) as (a, b, _ra, rb):
+        events: list[str] = []
+        b.on_burst = (lambda: events.append("begin"), lambda: events.append("end"))
+        b.on_tensor = lambda src, key, value, dead: events.append(f"tensor {float(value)}")
+        for k in range(3):   # one at a time, each after the previous one arrived
+            a.send_tensor("B", (k,), np.float32(k))
+            await wait_until(lambda: f"tensor {float(k)}" in events)
+        assert events == ["tensor 0.0", "tensor 1.0", "tensor 2.0"]
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_order_holds_when_the_pipe_fills_and_the_sender_task_takes_over():
+    async with pair(secret=SECRET) as (a, b, _ra, rb):
+        # sent without yielding, 40 MB: more than libzmq's pipes and the socket buffers
+        # take, so the fast path meets a full pipe and the sender task takes over
+        n = 20_000
+        queued = 0
+        for k in range(n):
+            a.send_tensor("B", (k,), np.full(512, k, dtype=np.int32))
+            queued = max(queued, len(a._peers["B"].queue))
+        a.send_tensor("B", ("last",), np.float64(1.5))   # after the queued ones too
+        await wait_until(lambda: len(rb.tensors) == n + 1, timeout=50)
+        assert queued > 0   # the fast path stopped and the sender task sent the rest
+        assert [t[1] for t in rb.tensors] == [(k,) for k in range(n)] + [("last",)]
+        assert [int(t[2][0]) for t in rb.tensors[:n]] == list(range(n))
+        assert a.stats["sent"] >= n + 1 and b.stats["rejected"] == 0
