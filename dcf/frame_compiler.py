@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import re
 import sys
 import time
 from typing import Any
@@ -40,6 +41,10 @@ _INLINE = {
     "GreaterEqual": "({0} >= {1})", "LogicalAnd": "({0} & {1})", "LogicalOr": "({0} | {1})",
 }
 # Kernels whose output is their input: in known-guard code their readers read the input.
+_NAME = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
+_HOST_SCALARS = frozenset({bool, int, float, np.bool_, np.int8, np.int16, np.int32, np.int64,
+                           np.uint8, np.uint16, np.uint32, np.uint64, np.float16, np.float32,
+                           np.float64})
 _ALIAS = {"Identity", "StopGradient", "LoopCond"}
 _counter = itertools.count()
 _INT0, _INT1 = np.int32(0), np.int32(1)
@@ -754,6 +759,18 @@ class _Codegen:
         if n.type in _INLINE and n.n_out == 1 and self.cf.plan.xp is np and \
                 n.id not in self.cf.plan.gpu_of:  # GPU: call fn (it picks device/stream)
             return _INLINE[n.type].format(*args)
+        if n.type in _INLINE and n.n_out == 1 and grp is None and \
+                all(_NAME.fullmatch(a) for a in args):
+            # On a GPU: inline for the values that stay on the host (loop counters and
+            # predicates: numpy scalars), where the wrapper would run the same operator;
+            # anything else (device arrays; host arrays it may upload) calls it.
+            self.env[f"f{n.id}"] = n.fn
+            self.env["_HS"] = _HOST_SCALARS
+            self.env["_NPA"] = np.ndarray
+            if n.type in _ALIAS:
+                return f"({args[0]} if type({args[0]}) is not _NPA else f{n.id}({args[0]}))"
+            test = " and ".join(f"type({a}) in _HS" for a in args)
+            return f"({_INLINE[n.type].format(*args)} if {test} else f{n.id}({', '.join(args)}))"
         if grp is not None:
             from dcf.elementwise_fusion import FusedElementwise
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["RawElementwise", "raw_gpu", "SINGLE"]
+__all__ = ["RawElementwise", "raw_gpu", "add_n_gpu", "SINGLE"]
 
 _THREADS = 256
 _MAX_BLOCKS = 1 << 16
@@ -167,3 +167,45 @@ def raw_gpu(op_type: str, generic: Any) -> Any:
         return generic(xp, *args, **kw) if out is None else out
     body.__name__ = f"{op_type.lower()}_gpu"
     return body
+
+
+_ADD_N_WIDTH = 8     # inputs one AddN kernel reads at most
+
+
+def add_n_gpu(generic: Any) -> Any:
+    """AddN's GPU body: ((x0 + x1) + x2) + ... in the generic body's order, up to
+    _ADD_N_WIDTH inputs per raw kernel (the next kernel starts from that sum) instead of
+    a cupy add per input; `generic` where the arguments don't fit."""
+    kernels: dict[tuple, RawElementwise] = {}
+
+    def get(xp: Any, n: int) -> RawElementwise:
+        k = kernels.get((id(xp), n))
+        if k is None:
+            expr = "in0"
+            for j in range(1, n):
+                expr = f"({expr} + in{j})"
+            k = kernels[(id(xp), n)] = RawElementwise(xp, expr, n, f"add{n}")
+        return k
+
+    def add_n(xp, *xs):
+        if len(xs) < 2:
+            return generic(xp, *xs)
+        first = xs[0]
+        shape = getattr(first, "shape", None)
+        for x in xs:
+            if getattr(x, "shape", None) != shape:
+                return generic(xp, *xs)
+        rest = xs
+        out = None
+        while rest:
+            take = rest[:_ADD_N_WIDTH - (out is not None)]
+            args = take if out is None else (out,) + take
+            if len(args) == 1:
+                break
+            got = get(xp, len(args))(args)
+            if got is None:
+                return generic(xp, *xs) if out is None else generic(xp, out, *rest)
+            out = got
+            rest = rest[len(take):]
+        return out
+    return add_n

@@ -43,7 +43,7 @@ from dcf.ops.array_ops import (
     strided_slice,
     zeros_like,
 )
-from dcf.ops.gpu_elementwise import SINGLE as RAW_SINGLE, raw_gpu
+from dcf.ops.gpu_elementwise import SINGLE as RAW_SINGLE, add_n_gpu, raw_gpu
 from dcf.ops.gpu_kernels import matmul_gpu, sum_gpu
 from dcf.ops.registry import (
     OpDef,
@@ -667,7 +667,7 @@ def _add_n(xp, *xs):
     return out
 
 
-register(OpDef("AddN", infer=_add_n_infer, kernel=_add_n))
+register(OpDef("AddN", infer=_add_n_infer, kernel=_add_n, gpu_kernel=add_n_gpu(_add_n)))
 RegisterGradient("AddN")(lambda op, g: [g] * len(op.inputs))
 
 

@@ -62,3 +62,12 @@ def test_a_fused_tree_equals_its_elementwise_kernel(cp):
     raw = RawElementwise(cp, expr, 3)((a, b, g))
     ek = cp.ElementwiseKernel("T in0, T in1, T in2", "T out", f"out = {expr}", "t_fused")(a, b, g)
     np.testing.assert_allclose(cp.asnumpy(raw), cp.asnumpy(ek), rtol=2e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("n", [2, 5, 8, 9, 200])
+def test_add_n_equals_the_generic_body_bit_for_bit(cp, n):
+    rng = np.random.default_rng(n)
+    xs = [cp.asarray(rng.standard_normal((33, 65)).astype(np.float32)) for _ in range(n)]
+    got = OPS["AddN"].gpu_kernel(cp, *xs)
+    want = OPS["AddN"].kernel(cp, *[x.copy() for x in xs])
+    np.testing.assert_array_equal(cp.asnumpy(got), cp.asnumpy(want))

@@ -146,3 +146,33 @@ def test_sigmoid_grad_takes_the_raw_kernel_only_for_same_shaped_arrays():
     body(cp, y, _dev(np.ones(3, np.float32)))
     body(cp, np.asarray(np.float32(0.5)).view(_Dev), np.asarray(np.float32(1)).view(_Dev))
     assert calls == [1, 1]
+
+
+@pytest.mark.parametrize("n", [2, 3, 8, 9, 15, 16, 20])
+def test_add_n_sums_in_the_generic_order_in_chunks(n):
+    from dcf.ops.gpu_elementwise import add_n_gpu
+    from dcf.ops.math_ops import _add_n
+
+    cp = _stand_in()
+    rng = np.random.default_rng(n)
+    xs = [rng.standard_normal((3, 4)).astype(np.float32) * 10.0 ** rng.integers(-3, 4)
+          for _ in range(n)]
+    _RawKernel.compiled = []
+    got = add_n_gpu(_generic)(cp, *[_dev(x) for x in xs])
+    want = _add_n(np, *[x.copy() for x in xs])
+    np.testing.assert_array_equal(np.asarray(got), want)     # same additions, same order
+    last = (n - 9) % 7 + 2 if n > 8 else n       # inputs of the last kernel
+    assert len(_RawKernel.compiled) == len({min(8, n), last})
+
+
+def test_add_n_leaves_other_arguments_to_the_generic_body():
+    from dcf.ops.gpu_elementwise import add_n_gpu
+
+    calls = []
+    body = add_n_gpu(lambda xp, *xs: calls.append(len(xs)) or "generic")
+    cp = _stand_in()
+    x = _dev(np.ones((2, 2), np.float32))
+    assert body(cp, x) == "generic"                                     # one input
+    assert body(cp, x, _dev(np.ones((2, 2), np.int32))) == "generic"   # integers
+    assert body(cp, x, np.float32(1)) == "generic"                      # a host scalar
+    assert calls == [1, 2, 2]
