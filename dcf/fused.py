@@ -162,6 +162,7 @@ class FusedActor(DeviceActor):
     def _collect(self) -> None:
         for a in self.gpu_actors:
             a.gpu.collect()
+            a.gpu.drop_landing()
 
     async def run_step(self, plan: ExecPlan, feeds: list, step: Any, rendezvous: Any,
                        **kw: Any) -> Executor:

@@ -68,6 +68,8 @@ PREFETCH_MIN = 4              # smallest prefetch batch while others are on thei
 D2H_IN_FLIGHT = 16            # swap-out copies queued on the d2h stream at once
 PUMP_BATCH = 4                # swap-outs started together (one pair of events per batch)
 PREFETCH_MAX_USE = 0.95       # the first PREFETCH_ITEMS come back while use is under this
+LANDING_MIN_BYTES = 8 << 20   # peer copies this large land on the h2d stream (see _land)
+LANDING_KEEP = 4              # idle landing buffers kept per shape and dtype
 PEER_KEEP_N = 8               # peer copies whose sources share one keep-alive event
 PEER_KEEP_BYTES = 64 << 20    # ... or this many of their bytes
 RELIEF_BYTES = 256 << 20      # what one throttling step moves out beyond what is owed
@@ -121,6 +123,9 @@ class GpuDevice:
         self._peers: set[int] = {index}       # devices whose memory copies here read
         self._peer_sources: list = []         # sources of peer copies, no event yet
         self._peer_held = 0
+        # idle landing buffers of large peer copies: (shape, dtype) -> [(memory, event)];
+        # None where cupy can't wrap memory with an owner (the test stand-in)
+        self._landing: dict | None = {} if hasattr(cp.cuda, "UnownedMemory") else None
 
     # ------------------------------------------------------------ context
     def activate(self) -> None:
@@ -139,6 +144,7 @@ class GpuDevice:
         blocks, and a freed block smaller than the request is no room."""
         if attempt == 0:
             gc.collect()
+            self.drop_landing()
             self.collect()
             self.pool.free_all_blocks()
             return True
@@ -313,11 +319,13 @@ class GpuDevice:
             raise ValueError(f"peer copy of a non-contiguous array ({what})")
         if gv.device not in self._peers:
             self._enable_peer(gv.device)
+        n = src.nbytes
+        if n >= LANDING_MIN_BYTES and self._landing is not None:
+            return self._land(gv, what, where)
         dst = self.alloc(src.shape, src.dtype, what)
         s = self.compute
         s.wait_event(gv.event)
         t0 = self.record(s) if self.tracing else None
-        n = src.nbytes
         if n:
             self._memcpy_peer(dst.data.ptr, self.index, src.data.ptr, gv.device, n, s.ptr)
         if t0 is not None:
@@ -330,6 +338,66 @@ class GpuDevice:
             self._release_peer_sources()
         self.stats["peer_bytes"] += n
         return dst
+
+    def _land(self, gv: _PeerValue, what: str, where: tuple) -> Any:
+        """A large peer copy, on the h2d stream into a landing buffer, so that it runs
+        while this GPU still computes earlier iterations. A buffer comes back (to a short
+        idle list per shape and dtype) when the array copied into it and every view of
+        it are gone, with an event recorded on the compute stream at that moment: its
+        readers were all enqueued before, so the next copy into it waits for that event
+        only, not for everything enqueued since. A new buffer waits for the compute
+        stream as it is (the pool may have handed out a block earlier kernels read)."""
+        cp = self.cp
+        src = gv.array
+        n = src.nbytes
+        key = (src.shape, src.dtype.str)
+        idle = self._landing.get(key)
+        s = self.h2d
+        if idle:
+            mem, free_ev = idle.pop()
+            s.wait_event(free_ev)
+            self.stats["landing_reused"] += 1
+        else:
+            mem = self.alloc(src.shape, src.dtype, what).data
+            s.wait_event(self.record(self.compute))
+        owner = _Landing(self, key, mem)
+        dst = cp.ndarray(src.shape, src.dtype, cp.cuda.MemoryPointer(
+            cp.cuda.UnownedMemory(mem.ptr, n, owner, self.index), 0))
+        s.wait_event(gv.event)
+        t0 = self.record(s) if self.tracing else None
+        self._memcpy_peer(mem.ptr, self.index, src.data.ptr, gv.device, n, s.ptr)
+        ev = self.record(s)
+        self.compute.wait_event(ev)
+        self.defer(ev, gv)          # the source stays alive until the copy is done
+        self.stats["peer_bytes"] += n
+        if t0 is not None:
+            self.trace_events.append((f"P2P {what}", "MemcpyPtoP", t0, ev, "h2d") + where)
+        return dst
+
+    def _landed(self, key: tuple, mem: Any) -> None:
+        """A landing buffer's array is gone: keep the buffer for the next copy."""
+        idle = self._landing
+        if idle is None:
+            return
+        lst = idle.setdefault(key, [])
+        if len(lst) >= LANDING_KEEP:
+            return                      # back to the pool
+        rt = self.cp.cuda.runtime
+        cur = rt.getDevice()
+        if cur != self.index:
+            rt.setDevice(self.index)
+        try:
+            ev = self.cp.cuda.Event(disable_timing=True)
+            ev.record(self.compute)
+        finally:
+            if cur != self.index:
+                rt.setDevice(cur)
+        lst.append((mem, ev))
+
+    def drop_landing(self) -> None:
+        """Give the idle landing buffers back to the pool (end of a step, or no room)."""
+        if self._landing:
+            self._landing.clear()
 
     def _release_peer_sources(self) -> None:
         """Keep the sources of the peer copies issued so far alive until they are done."""
@@ -491,6 +559,22 @@ class _PeakTracker:
         self.gpu = gpu
         self.cur = 0
         self.peak = 0
+
+
+class _Landing:
+    """Owns a landing buffer while an array (and its views) use it; gives it back to
+    its GPU when they are gone."""
+
+    __slots__ = ("gpu", "key", "mem")
+
+    def __init__(self, gpu: GpuDevice, key: tuple, mem: Any) -> None:
+        self.gpu, self.key, self.mem = gpu, key, mem
+
+    def __del__(self) -> None:
+        try:
+            self.gpu._landed(self.key, self.mem)
+        except Exception:   # noqa: BLE001 - interpreter shutdown, device gone: the pool frees it
+            pass
 
 
 @dataclass(eq=False, slots=True)
@@ -1127,6 +1211,7 @@ class GpuActor(DeviceActor):
                 await owner.wait(ev)
             end_fetches(ex.results, pending)
             gpu.collect()
+            gpu.drop_landing()
         finally:
             if trace:
                 dev_events = gpu.end_trace()

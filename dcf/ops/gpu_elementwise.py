@@ -33,6 +33,7 @@ __all__ = ["RawElementwise", "raw_gpu", "add_n_gpu", "SINGLE"]
 
 _THREADS = 256
 _MAX_BLOCKS = 1 << 16
+_BLOCK = (_THREADS,)
 _CTYPE = {"f": "float", "d": "double"}
 _names = itertools.count()
 
@@ -58,9 +59,31 @@ class RawElementwise:
         self.available = hasattr(cp, "RawKernel")
         self.nd = cp.ndarray
         self._kernels: dict[tuple, Any] = {}
+        self._same: dict[str, Any] = {}   # dtype char -> kernel of all-"a" arguments
 
     def __call__(self, args: tuple) -> Any:
         """The result as a new device array, or None when `args` don't fit (above)."""
+        # the common case first: every argument a contiguous device array of one shape
+        # and dtype, whose kernel exists
+        nd = self.nd
+        a0 = args[0] if args else None
+        if type(a0) is nd:
+            shape, dt = a0.shape, a0.dtype
+            for a in args:
+                if type(a) is not nd or a.shape != shape or a.dtype != dt or \
+                        not a.flags.c_contiguous:
+                    break
+            else:
+                k = self._same.get(dt.char)
+                size = a0.size
+                if k is not None and size and len(args) == self.n_in:
+                    out = self.cp.empty(shape, dt)
+                    k((min((size + _THREADS - 1) // _THREADS, _MAX_BLOCKS),), _BLOCK,
+                      (*args, out, np.int64(size)))
+                    return out
+        return self._general(args)
+
+    def _general(self, args: tuple) -> Any:
         if not self.available or len(args) != self.n_in:
             return None
         nd = self.nd
@@ -110,11 +133,13 @@ class RawElementwise:
                 self.available = False
                 return None
             self._kernels[key] = k
+            if key[1] == "a" * self.n_in:
+                self._same[key[0]] = k
         out = self.cp.empty(out_shape, dt)
         params.append(out)
         params.append(np.int64(size))
         blocks = min((size + _THREADS - 1) // _THREADS, _MAX_BLOCKS)
-        k((blocks,), (_THREADS,), tuple(params))
+        k((blocks,), _BLOCK, tuple(params))
         return out
 
     def _compile(self, char: str, layout: str) -> Any:

@@ -398,3 +398,50 @@ def test_a_gpu_loop_keeps_at_most_parallel_iterations_in_flight(monkeypatch, pi)
     assert started[0] == n and in_flight
     assert max(in_flight) <= pi
     assert max(in_flight) >= max(1, (pi + 1) // 2)
+
+
+def test_large_peer_copies_land_in_recycled_buffers_and_stay_right(gpu_count):
+    """A value of >= LANDING_MIN_BYTES going from /gpu:0 to /gpu:1 every iteration, with
+    iterations in flight: the copies reuse landing buffers (on the h2d stream) and every
+    iteration's result equals numpy's. Real cupy with two GPUs only (the stand-in has no
+    UnownedMemory)."""
+    from dcf.actors import gpu as G
+
+    if gpu_count < 2:
+        pytest.skip("needs two GPUs")
+    g1 = G.GpuDevice.get(1)
+    if g1._landing is None:
+        pytest.skip("the cupy stand-in cannot wrap memory")
+    K = 1536                                    # 9 MiB of float32 per copy
+    rng = np.random.default_rng(7)
+    w = (rng.standard_normal((K, K)) / np.sqrt(K)).astype(np.float32)
+    s0 = (rng.standard_normal((K, K)) * 0.1).astype(np.float32)
+    n = 12
+    g = dcf.Graph()
+    with g.as_default():
+        with dcf.device("/gpu:0"):
+            a0 = dcf.constant(s0)
+        with dcf.device("/gpu:1"):
+            b0 = dcf.constant(np.zeros_like(s0))
+
+        def body(i, a, b):
+            with dcf.device("/gpu:0"):
+                a2 = dcf.tanh(dcf.matmul(a, dcf.constant(w)))
+            with dcf.device("/gpu:1"):
+                b2 = b * 0.5 + a2           # a2 crosses to /gpu:1
+            return i + 1, a2, b2
+        _, a_out, b_out = dcf.while_loop(lambda i, a, b: i < n, body, (0, a0, b0),
+                                         parallel_iterations=8)
+    before = g1.stats["landing_reused"]
+    with dcf.Session(g) as sess:
+        got_a, got_b = sess.run([a_out, b_out])
+        got_a2, got_b2 = sess.run([a_out, b_out])
+    a, b = s0.astype(np.float64), np.zeros_like(s0, np.float64)
+    for _ in range(n):
+        a = np.tanh(a @ w)
+        b = b * 0.5 + a
+    np.testing.assert_allclose(got_a, a, rtol=1e-3, atol=1e-4)
+    np.testing.assert_allclose(got_b, b, rtol=1e-3, atol=1e-4)
+    np.testing.assert_array_equal(got_b2, got_b)
+    assert g1.stats["landing_reused"] > before
+    assert all(len(v) <= G.LANDING_KEEP for v in g1._landing.values())

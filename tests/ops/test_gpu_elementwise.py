@@ -121,7 +121,9 @@ def test_one_kernel_per_dtype_and_layout():
     _RawKernel.compiled = []
     k = RawElementwise(cp, "in0 * in1", 2)
     x32, x64 = _dev(np.ones((2, 3), np.float32)), _dev(np.ones((2, 3)))
-    for _ in range(3):
+    a, b = np.random.default_rng(3).standard_normal((2, 2, 3)).astype(np.float32)
+    for _ in range(3):      # the first call compiles; the next take the same-shape path
+        np.testing.assert_array_equal(np.asarray(k((_dev(a), _dev(b)))), a * b)
         k((x32, x32))
         k((x64, x64))
         k((x32, _dev(np.ones(3, np.float32))))
