@@ -163,3 +163,28 @@ def test_throttling_shows_in_the_trace(gpu):
     slices = [e for e in events if e[1] == "Throttle"]
     assert slices and slices[0][6] == "d2h" and slices[0][5] >= slices[0][4]
     assert any(e[1] == "MemcpyDtoH" and e[0] == "swap out" for e in events)
+
+
+def test_pops_of_values_that_stayed_bring_swapped_ones_back_ahead(gpu):
+    """The newest values stay on the device and are popped first; those pops already
+    bring the swapped (older) entries back, so the first swapped pop finds its value
+    on the way or there."""
+    base = gpu.used_bytes()
+    gpu.configure(base + 64 * MB, 0.5)
+    gpu.swapper.reset()
+    sw = gpu.swapper
+    stack = G.GpuStackStore("s", True, gpu)
+    for k in range(40):
+        sw._countdown = 0
+        stack.push(_fill(gpu, k))
+    _settle(sw)
+    states = _states(stack)
+    last_out = max(i for i, s in enumerate(states) if s == G._Rec.HOST)
+    fetched = gpu.stats["swap_ins"]
+    for k in range(39, last_out, -1):            # the plain values above the swapped ones
+        stack.pop()
+    assert gpu.stats["swap_ins"] > fetched       # prefetched before any swapped pop
+    assert _states(stack)[last_out] == G._Rec.IN
+    for k in range(last_out, -1, -1):
+        np.testing.assert_array_equal(gpu.cp.asnumpy(stack.pop()),
+                                      np.full(MB // 4, k, np.float32))
