@@ -20,9 +20,10 @@ event; a device value leaving for a CPU device or a fetch is copied on the d2h s
 into pinned memory, and the receiver gets it when the copy's event has completed (the
 actor polls events from the event loop; nothing blocks it). A device value going to
 another GPU of this process travels as (array, event) and is copied peer-to-peer on
-the receiver's compute stream after that event. Values the host must look at inside a GPU partition (a
-predicate computed from device data) are read with a blocking copy: that is the one
-place this version blocks the event loop.
+the receiver's compute stream after that event (a large one on its h2d stream, into a
+recycled landing buffer: `GpuDevice._land`). Values the host must look at inside a GPU
+partition (a predicate computed from device data) are read with a blocking copy: that
+is the one place this version blocks the event loop.
 
 Memory: `SessionConfig(gpu_memory_limit=...)` sets the cupy pool's limit; a failed
 allocation first moves saved values out and waits for their device buffers to be free
