@@ -2,7 +2,12 @@
 Python: cond, while_loop (data-dependent trip counts), map_fn, scan, and a while_loop
 with a TensorArray loop variable. Each level wraps the level below it as a scalar
 float64 function, so a combination is built and its Python reference computed by the
-same composition."""
+same composition.
+
+The reference gives the *possible* results: a value within _EDGE of a trip-count
+boundary or of a cond's threshold may go either way when another math library (a
+GPU's sin) rounds the last bit differently, so there the reference follows both ways.
+Anywhere else it has one result, and the graph's must match it."""
 
 from __future__ import annotations
 
@@ -17,22 +22,46 @@ import dcf
 
 F64 = dcf.float64
 XS = [-0.9, 0.3, 0.6, 1.7]  # both cond branches; trip counts 2, 0, 1, 2
+_EDGE = 1e-9                # closer than this to a boundary: either side is right
 
 
 def _trips(x):
     return dcf.cast(dcf.abs(x) * 3.0, dcf.int32) % 3
 
 
-def _trips_ref(x: float) -> int:
-    return int(abs(x) * 3.0) % 3
+def _trips_ref(x: float) -> list[int]:
+    t = abs(x) * 3.0
+    n = int(t)
+    out = [n % 3]
+    if n and t - n < _EDGE:
+        out.append((n - 1) % 3)
+    elif n + 1 - t < _EDGE:
+        out.append((n + 1) % 3)
+    return out
+
+
+def _uniq(vals) -> list[float]:
+    """Possible results, one of each (values closer than 1e-13 relative are one)."""
+    out: list[float] = []
+    for v in sorted(vals):
+        if not out or abs(v - out[-1]) > 1e-13 * max(1.0, abs(v)):
+            out.append(v)
+    return out
+
+
+def _check(got, xs, ref) -> None:
+    for g, v in zip(got, xs):
+        cands = ref(v)
+        assert any(np.isclose(g, c, rtol=1e-10, atol=1e-12) for c in cands), \
+            f"x={v}: got {g!r}, the reference gives {cands}"
 
 
 def _leaf(x):
     return dcf.sin(x) + 0.5 * x
 
 
-def _leaf_ref(x: float) -> float:
-    return float(np.sin(x)) + 0.5 * x  # np.sin, as the kernel: same rounding
+def _leaf_ref(x: float) -> list[float]:
+    return [float(np.sin(x)) + 0.5 * x]  # np.sin, as the kernel: same rounding
 
 
 def _placed(inner, dev):
@@ -53,7 +82,15 @@ def _cond(inner):
 
 
 def _cond_ref(inner):
-    return lambda x: inner(x) + 1.0 if x > 0.5 else inner(x - 1.0) * 0.5
+    def f(x):
+        out = []
+        if x > 0.5 or abs(x - 0.5) < _EDGE:
+            out += [v + 1.0 for v in inner(x)]
+        if x <= 0.5 or abs(x - 0.5) < _EDGE:
+            out += [v * 0.5 for v in inner(x - 1.0)]
+        return _uniq(out)
+
+    return f
 
 
 def _while(inner):
@@ -69,10 +106,13 @@ def _while(inner):
 
 def _while_ref(inner):
     def f(x):
-        a = x
-        for i in range(_trips_ref(x)):
-            a = a * 0.5 + inner(a + i)
-        return a
+        out = []
+        for n in _trips_ref(x):
+            accs = [x]
+            for i in range(n):
+                accs = _uniq(a * 0.5 + v for a in accs for v in inner(a + i))
+            out += accs
+        return _uniq(out)
 
     return f
 
@@ -82,7 +122,11 @@ def _map(inner):
 
 
 def _map_ref(inner):
-    return lambda x: sum(inner(e) for e in (x, x * 0.5 - 1.0, -x))
+    def f(x):
+        parts = [inner(e) for e in (x, x * 0.5 - 1.0, -x)]
+        return _uniq(sum(c) for c in itertools.product(*parts))
+
+    return f
 
 
 def _scan(inner):
@@ -97,11 +141,11 @@ def _scan(inner):
 
 def _scan_ref(inner):
     def f(x):
-        a, out = x * 0.1, []
+        states = [(x * 0.1, 0)]          # (carry, sum of the outputs so far)
         for e in (x, x + 1.0, x * 0.25):
-            a = a * 0.5 + inner(e + a)
-            out.append(a)
-        return sum(out)
+            states = list({(a2, s + a2): None for a, s in states
+                           for a2 in (a * 0.5 + v for v in inner(e + a))})
+        return _uniq(s for _, s in states)
 
     return f
 
@@ -121,7 +165,13 @@ def _ta(inner):
 
 
 def _ta_ref(inner):
-    return lambda x: sum(inner(x + i) for i in range(_trips_ref(x)))
+    def f(x):
+        out = []
+        for n in _trips_ref(x):
+            out += [sum(c) for c in itertools.product(*[inner(x + i) for i in range(n)])]
+        return _uniq(out)
+
+    return f
 
 
 CONSTRUCTS = {
@@ -154,7 +204,7 @@ def test_nested_constructs_match_python(combo, compiled, run_graph):
     y = build(x)
     with dcf.Session(config=compiled) as sess:
         got = [sess.run(y, {x: v}) for v in XS]
-    np.testing.assert_allclose(got, [ref(v) for v in XS], rtol=1e-10, atol=1e-12)
+    _check(got, XS, ref)
 
 
 @pytest.mark.parametrize("combo", COMBOS, ids=["-in-".join(reversed(c)) for c in COMBOS])
@@ -165,7 +215,7 @@ def test_nested_constructs_split_over_devices_match_python(combo, compiled):
     opts = dcf.RunOptions(timeout_s=20.0)  # a lost dead signal fails instead of hanging
     with dcf.Session(config=compiled) as sess:
         got = [sess.run(y, {x: v}, options=opts) for v in XS]
-    np.testing.assert_allclose(got, [ref(v) for v in XS], rtol=1e-10, atol=1e-12)
+    _check(got, XS, ref)
 
 
 @pytest.mark.parametrize(
@@ -189,4 +239,4 @@ def test_nested_constructs_with_random_inputs(combo, xs):
         y = build(x)
         with dcf.Session(config=dcf.SessionConfig(compile_frames=compile_frames)) as sess:
             got = [sess.run(y, {x: v}) for v in xs]
-        np.testing.assert_allclose(got, [ref(v) for v in xs], rtol=1e-10, atol=1e-12)
+        _check(got, xs, ref)

@@ -33,11 +33,6 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if str(item.fspath).startswith(here):
             item.add_marker(pytest.mark.gpu)
-            if "nesting_on_gpu" in str(item.fspath) and "match_python" in item.name:
-                item.add_marker(pytest.mark.xfail(strict=False, reason=(
-                    "trip counts are int(3|x|) of values computed with sin, compared to "
-                    "numpy's at rtol 1e-10: a last-bit difference in the GPU's sin can "
-                    "change a trip count (see test_core_nesting_on_gpu.py)")))
             if skip is not None:
                 item.add_marker(skip)
 

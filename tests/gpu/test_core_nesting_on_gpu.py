@@ -3,9 +3,8 @@
 from tests.gpu.on_gpu import default_device_is_gpu0  # noqa: F401
 from tests.core.test_nesting import *  # noqa: F401,F403
 
-
-# test_nested_constructs_match_python derives trip counts as int(3|x|) % 3 from values
-# computed with sin and compares to numpy at rtol 1e-10 ("np.sin, as the kernel: same
-# rounding"): where the GPU's sin differs from numpy's in the last bit, a value on a
-# floor boundary takes another trip count (seen once on an H200, 2026-11-26, for
-# map_fn-in-ta_loop-in-ta_loop). Kept; a failure here is that, not a runtime fault.
+# The reference follows both ways wherever a value lies within 1e-9 of a trip-count
+# boundary or a cond threshold (tests/core/test_nesting.py), so a last-bit difference in
+# the GPU's sin cannot fail these tests; any other difference is a fault. (Until
+# 2026-11-26 they were marked xfail for that reason, which hid every failure; none of
+# the 620 fixed-input cases is that close to a boundary.)
