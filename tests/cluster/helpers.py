@@ -42,6 +42,14 @@ def both(build: Callable[[Callable[[int], Any]], tuple], cluster: dcf.Cluster,
     return got, want
 
 
+def assert_same(got, want) -> None:
+    """The same structure of fetches, with equal values."""
+    got_l, want_l = dcf.nest.flatten(got), dcf.nest.flatten(want)
+    assert len(got_l) == len(want_l)
+    for a, b in zip(got_l, want_l):
+        np.testing.assert_array_equal(a, b)
+
+
 def open_fds(pid: int | None = None) -> int:
     return len(os.listdir(f"/proc/{pid or os.getpid()}/fd"))
 
@@ -105,6 +113,20 @@ def run_in_thread(fn):
     th = threading.Thread(target=target, daemon=True)
     th.start()
     return th, box
+
+
+def close_mid_run(cluster) -> list:
+    """Close `cluster` while a run of long_loop() is on it: the run fails (WorkerError,
+    or RuntimeError from the closed session) within 10 s. Returns the workers' pids."""
+    pids = list(cluster.worker_pids)
+    sess = dcf.Session(cluster=cluster)
+    th, box = run_in_thread(lambda: sess.run(long_loop()))
+    time.sleep(0.3)
+    cluster.close()
+    th.join(10)
+    assert not th.is_alive()
+    assert isinstance(box.get("error"), (WorkerError, RuntimeError)), box
+    return pids
 
 
 def lose_worker_1_mid_loop(cluster, kill: Callable[[], None]) -> tuple:

@@ -17,8 +17,8 @@ import pytest
 
 import dcf
 from dcf.errors import DeadlineExceededError, WorkerError
-from tests.cluster.helpers import (alive, long_loop, lose_worker_1_mid_loop, on,
-                                   run_in_thread, wait_for)
+from tests.cluster.helpers import (alive, close_mid_run, long_loop, lose_worker_1_mid_loop,
+                                   on, run_in_thread, wait_for)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(60)]
 
@@ -107,14 +107,7 @@ def test_workers_exit_when_their_client_process_dies(tmp_path):
 
 
 def test_close_during_a_run_fails_the_run_and_stops_the_workers():
-    cluster = dcf.Cluster.local(2)
-    pids = list(cluster.worker_pids)
-    sess = dcf.Session(cluster=cluster)
-    th, box = run_in_thread(lambda: sess.run(long_loop()))
-    time.sleep(0.3)
-    cluster.close()
-    th.join(10)
-    assert isinstance(box.get("error"), (WorkerError, RuntimeError)), box
+    pids = close_mid_run(dcf.Cluster.local(2))
     wait_for(lambda: not any(alive(p) for p in pids), 10, "workers to exit")
 
 

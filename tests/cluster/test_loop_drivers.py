@@ -17,7 +17,7 @@ from dcf.ops.registry import Kind
 from dcf.partition import partition
 from dcf.placement import place
 from dcf.session import _prune
-from tests.cluster.helpers import both, on
+from tests.cluster.helpers import assert_same, both, on
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(60)]
 
@@ -46,13 +46,6 @@ def _loops_of(build) -> dict[int, dict[str, int]]:
                               and "LoopCond" in p.attrs["edge"]),
         }
     return out
-
-
-def _same(got, want):
-    got_l, want_l = dcf.nest.flatten(got), dcf.nest.flatten(want)
-    assert len(got_l) == len(want_l)
-    for a, b in zip(got_l, want_l):
-        np.testing.assert_array_equal(a, b)
 
 
 # ---------------------------------------------------------------- barrier loop
@@ -89,7 +82,7 @@ def test_barrier_loop_driven_by_the_loop_value_matches_one_process(cluster3, wor
         assert loops[k] == {"driven": 1, "predicate": 0, "pred_recvs": 0}, loops
     assert loops[0]["predicate"] == 0 and loops[0]["driven"] == 0   # the real loop
     got, want = both(build, cluster3)
-    _same(got, want)
+    assert_same(got, want)
     assert got[0] == n and got[1] == float(n)
 
 
@@ -136,7 +129,7 @@ def test_predicate_computed_on_a_worker(cluster3):
     assert loops[2] == {"driven": 1, "predicate": 0, "pred_recvs": 0}, loops
     assert loops[1]["pred_recvs"] == 0, loops
     got, want = both(_predicate_on_worker, cluster3)
-    _same(got, want)
+    assert_same(got, want)
 
 
 def _body_value_not_a_loop_variable(on):
@@ -162,7 +155,7 @@ def test_worker_without_a_loop_value_still_gets_the_predicate(cluster3):
     assert loops[1] == {"driven": 1, "predicate": 0, "pred_recvs": 0}, loops
     assert loops[2] == {"driven": 0, "predicate": 1, "pred_recvs": 1}, loops
     got, want = both(_body_value_not_a_loop_variable, cluster3)
-    _same(got, want)
+    assert_same(got, want)
 
 
 # ------------------------------------------------------------------ nested loops
@@ -195,7 +188,7 @@ def test_nested_loops_driven_by_loop_values(cluster3):
     # worker 2: the inner loop off b, the outer one off a (both received as loop values)
     assert loops[2] == {"driven": 2, "predicate": 0, "pred_recvs": 0}, loops
     got, want = both(_nested, cluster3)
-    _same(got, want)
+    assert_same(got, want)
 
 
 def _nested_inner_zero_trips(on):
@@ -219,7 +212,7 @@ def _nested_inner_zero_trips(on):
 def test_inner_loop_with_zero_iterations(cluster3):
     assert _loops_of(_nested_inner_zero_trips)[2]["driven"] == 1
     got, want = both(_nested_inner_zero_trips, cluster3)
-    _same(got, want)
+    assert_same(got, want)
     assert got[1] == 2.0 ** 3
 
 
@@ -248,7 +241,7 @@ def _loop_in_a_cond(on):
 def test_loop_in_an_untaken_branch_ends_on_the_driven_worker(cluster3):
     assert _loops_of(_loop_in_a_cond)[2]["driven"] >= 1
     got, want = both(_loop_in_a_cond, cluster3)
-    _same(got, want)
+    assert_same(got, want)
 
 
 # --------------------------------------------------------------- conds in loops
@@ -286,7 +279,7 @@ def test_cond_branches_on_other_workers_inside_a_driven_loop(cluster3):
     assert loops[1]["driven"] == loops[2]["driven"] == 1, loops
     assert loops[1]["pred_recvs"] == loops[2]["pred_recvs"] == 0, loops
     got, want = both(_cond_branch_elsewhere, cluster3)
-    _same(got, want)
+    assert_same(got, want)
 
 
 # ------------------------------------------------------------------- gradients
@@ -312,7 +305,7 @@ def test_gradient_of_a_driven_loop(cluster3):
     loops = _loops_of(build)
     assert loops[1]["driven"] >= 1 and loops[2]["driven"] >= 1, loops
     got, want = both(build, cluster3)
-    _same(got, want)
+    assert_same(got, want)
 
 
 def test_failure_tests_loop_is_driven():

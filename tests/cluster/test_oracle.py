@@ -14,16 +14,9 @@ import pytest
 
 import dcf
 from dcf.errors import InvalidArgumentError
-from tests.cluster.helpers import both, on, task
+from tests.cluster.helpers import assert_same, both, on, task
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(60)]
-
-
-def _same(got, want):
-    got_l, want_l = dcf.nest.flatten(got), dcf.nest.flatten(want)
-    assert len(got_l) == len(want_l)
-    for a, b in zip(got_l, want_l):
-        np.testing.assert_array_equal(a, b)
 
 
 # ------------------------------------------------------------------ control flow
@@ -47,7 +40,7 @@ def _nested_loops_and_conds(on):
 
 def test_nested_loops_and_conds_over_three_workers_match_one_process(cluster3):
     got, want = both(_nested_loops_and_conds, cluster3)
-    _same(got, want)
+    assert_same(got, want)
     assert got[0] == 5
 
 
@@ -68,7 +61,7 @@ def _case_in_loop_with_data_dependent_trip_count(on):
 
 def test_case_in_loop_with_data_dependent_trip_count(cluster3):
     got, want = both(_case_in_loop_with_data_dependent_trip_count, cluster3)
-    _same(got, want)
+    assert_same(got, want)
 
 
 def _tensor_arrays_scan_map(on):
@@ -84,7 +77,7 @@ def _tensor_arrays_scan_map(on):
 
 def test_tensor_arrays_scan_map_fold_across_workers(cluster3):
     got, want = both(_tensor_arrays_scan_map, cluster3)
-    _same(got, want)
+    assert_same(got, want)
 
 
 def _tensor_array_written_on_one_worker_read_on_another(on):
@@ -106,7 +99,7 @@ def _tensor_array_written_on_one_worker_read_on_another(on):
 
 def test_tensor_array_stays_with_its_handle_while_values_cross(cluster3):
     got, want = both(_tensor_array_written_on_one_worker_read_on_another, cluster3)
-    _same(got, want)
+    assert_same(got, want)
 
 
 @pytest.mark.parametrize("workers", [2, 3])
@@ -128,7 +121,7 @@ def test_gradients_of_a_loop_split_over_workers(cluster3, workers):
         return [loss, gx, gw], {x: np.array([0.9, -0.4], np.float32)}
 
     got, want = both(build, cluster3)
-    _same(got, want)
+    assert_same(got, want)
 
 
 def test_nested_loop_gradient_with_stacks_on_workers(cluster3):
@@ -150,7 +143,7 @@ def test_nested_loop_gradient_with_stacks_on_workers(cluster3):
         return [y, g], {x: 0.8}
 
     got, want = both(build, cluster3)
-    _same(got, want)
+    assert_same(got, want)
 
 
 def test_untaken_branch_on_another_worker_completes(cluster3):
@@ -223,7 +216,7 @@ def test_client_and_workers_mix_and_feeds_reach_every_worker(cluster3):
         return {"c": c, "e": (e, [a, b])}, {a: np.arange(4, dtype=np.float32), b: 5}
 
     got, want = both(build, cluster3)
-    _same(got, want)
+    assert_same(got, want)
     assert isinstance(got["e"], tuple)
 
 

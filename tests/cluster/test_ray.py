@@ -19,8 +19,8 @@ import pytest
 import dcf
 from dcf.actors.transport import ZmqTransport
 from dcf.errors import WorkerError
-from tests.cluster.helpers import (alive, both, long_loop, lose_worker_1_mid_loop, on,
-                                   run_in_thread, task, wait_for)
+from tests.cluster.helpers import (alive, assert_same, both, close_mid_run,
+                                   lose_worker_1_mid_loop, on, task, wait_for)
 
 ray = pytest.importorskip("ray")
 
@@ -40,13 +40,6 @@ def ray_cpus2():
 
 def _cpus_free() -> float:
     return ray.available_resources().get("CPU", 0.0)
-
-
-def _same(got, want):
-    got_l, want_l = dcf.nest.flatten(got), dcf.nest.flatten(want)
-    assert len(got_l) == len(want_l)
-    for a, b in zip(got_l, want_l):
-        np.testing.assert_array_equal(a, b)
 
 
 # ------------------------------------------------------------------- graphs
@@ -94,8 +87,8 @@ def test_a_graph_placed_on_two_ray_workers_matches_one_process(ray_cpus2):
     with dcf.Cluster.ray(2) as cluster:
         assert cluster.devices == [f"{task(0)}/cpu:0", f"{task(1)}/cpu:0"]
         got, want = both(_split_loop_and_cond, cluster)
-    _same(got, want)
-    _same(got, _numpy_split_loop_and_cond())
+    assert_same(got, want)
+    assert_same(got, _numpy_split_loop_and_cond())
 
 
 def test_both_branches_of_a_cond_across_ray_workers(ray_cpus2):
@@ -243,14 +236,6 @@ def test_a_worker_lost_to_ray_raises_worker_error_and_close_removes_the_actors(
 
 
 def test_close_during_a_run_fails_the_run_and_kills_the_actors(ray_cpus2):
-    cluster = dcf.Cluster.ray(2)
-    pids = list(cluster.worker_pids)
-    sess = dcf.Session(cluster=cluster)
-    th, box = run_in_thread(lambda: sess.run(long_loop()))
-    time.sleep(0.3)
-    cluster.close()
-    th.join(10)
-    assert not th.is_alive()
-    assert isinstance(box.get("error"), (WorkerError, RuntimeError)), box
+    pids = close_mid_run(dcf.Cluster.ray(2))
     wait_for(lambda: not any(alive(p) for p in pids), 10, "the actors' processes to exit")
     wait_for(lambda: _cpus_free() == 2.0, 10, "Ray to release the workers' CPUs")
