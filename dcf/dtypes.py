@@ -50,6 +50,9 @@ resource = DType("resource", np.dtype(object))
 variant = DType("variant", np.dtype(np.float32))
 
 ALL = (float16, float32, float64, int32, int64, bool_)
+# numpy's real scalar types (what indexing or reducing a numpy array gives)
+NUMPY_SCALARS = frozenset({np.float16, np.float32, np.float64, np.int8, np.int16, np.int32,
+                           np.int64, np.uint8, np.uint16, np.uint32, np.uint64, np.bool_})
 _BY_NAME = {d.name: d for d in ALL + (resource, variant)}
 _BY_NP = {d.np: d for d in ALL}
 

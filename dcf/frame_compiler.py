@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from dcf.dtypes import NUMPY_SCALARS
 from dcf.errors import InvalidArgumentError, op_error
 from dcf.ops.registry import Kind
 from dcf.plan import ExecPlan, FrameInfo, NodeInfo
@@ -41,11 +42,10 @@ _INLINE = {
     "GreaterEqual": "({0} >= {1})", "LogicalAnd": "({0} & {1})", "LogicalOr": "({0} | {1})",
 }
 # Kernels whose output is their input: in known-guard code their readers read the input.
-_NAME = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
-_HOST_SCALARS = frozenset({bool, int, float, np.bool_, np.int8, np.int16, np.int32, np.int64,
-                           np.uint8, np.uint16, np.uint32, np.uint64, np.float16, np.float32,
-                           np.float64})
 _ALIAS = {"Identity", "StopGradient", "LoopCond"}
+# On a GPU, _INLINE kernels run inline for these argument types (host scalars; see call())
+_HOST_SCALARS = NUMPY_SCALARS | {bool, int, float}
+_NAME = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
 _counter = itertools.count()
 _INT0, _INT1 = np.int32(0), np.int32(1)
 

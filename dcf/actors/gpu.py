@@ -360,7 +360,7 @@ class GpuDevice:
             self.stats["landing_reused"] += 1
         else:
             mem = self.alloc(src.shape, src.dtype, what).data
-            s.wait_event(self.record(self.compute))
+            self._copy_stream_after_compute(s)
         owner = _Landing(self, key, mem)
         dst = cp.ndarray(src.shape, src.dtype, cp.cuda.MemoryPointer(
             cp.cuda.UnownedMemory(mem.ptr, n, owner, self.index), 0))
@@ -383,16 +383,9 @@ class GpuDevice:
         lst = idle.setdefault(key, [])
         if len(lst) >= LANDING_KEEP:
             return                      # back to the pool
-        rt = self.cp.cuda.runtime
-        cur = rt.getDevice()
-        if cur != self.index:
-            rt.setDevice(self.index)
-        try:
+        with self._device:              # (an array may die with another device current)
             ev = self.cp.cuda.Event(disable_timing=True)
             ev.record(self.compute)
-        finally:
-            if cur != self.index:
-                rt.setDevice(cur)
         lst.append((mem, ev))
 
     def drop_landing(self) -> None:

@@ -77,11 +77,14 @@ class RawElementwise:
                 k = self._same.get(dt.char)
                 size = a0.size
                 if k is not None and size and len(args) == self.n_in:
-                    out = self.cp.empty(shape, dt)
-                    k((min((size + _THREADS - 1) // _THREADS, _MAX_BLOCKS),), _BLOCK,
-                      (*args, out, np.int64(size)))
-                    return out
+                    return self._launch(k, shape, dt, size, args)
         return self._general(args)
+
+    def _launch(self, k: Any, shape: tuple, dt: Any, size: int, params: Any) -> Any:
+        out = self.cp.empty(shape, dt)
+        k((min((size + _THREADS - 1) // _THREADS, _MAX_BLOCKS),), _BLOCK,
+          (*params, out, np.int64(size)))
+        return out
 
     def _general(self, args: tuple) -> Any:
         if not self.available or len(args) != self.n_in:
@@ -135,12 +138,7 @@ class RawElementwise:
             self._kernels[key] = k
             if key[1] == "a" * self.n_in:
                 self._same[key[0]] = k
-        out = self.cp.empty(out_shape, dt)
-        params.append(out)
-        params.append(np.int64(size))
-        blocks = min((size + _THREADS - 1) // _THREADS, _MAX_BLOCKS)
-        k((blocks,), _BLOCK, tuple(params))
-        return out
+        return self._launch(k, out_shape, dt, size, params)
 
     def _compile(self, char: str, layout: str) -> Any:
         ps, loads = [], []
@@ -225,8 +223,6 @@ def add_n_gpu(generic: Any) -> Any:
         while rest:
             take = rest[:_ADD_N_WIDTH - (out is not None)]
             args = take if out is None else (out,) + take
-            if len(args) == 1:
-                break
             got = get(xp, len(args))(args)
             if got is None:
                 return generic(xp, *xs) if out is None else generic(xp, out, *rest)

@@ -274,8 +274,7 @@ def _bind_relu(xp):
 
 
 # numpy scalar types whose Python comparisons are numpy's own
-_REAL_SCALARS = frozenset({np.float16, np.float32, np.float64, np.int8, np.int16, np.int32,
-                           np.int64, np.uint8, np.uint16, np.uint32, np.uint64, np.bool_})
+_REAL_SCALARS = dtypes.NUMPY_SCALARS
 
 
 # float16's minimum/maximum loops order signed zeros differently: ufunc for those
