@@ -148,6 +148,7 @@ class _Codegen:
         self.node_dead: dict[int, str | None] = {}
         self.fuse_root: dict[int, tuple] = {}   # elementwise GPU trees (one kernel each)
         self.fuse_skip: set[int] = set()
+        self.accum_root: dict[int, tuple] = {}  # loop accumulations updated in place
         self.vguard: dict[tuple, tuple | None] = {}   # value -> guard (see analyze)
         self.nguard: dict[int, tuple | None] = {}     # node -> guard of its firing
         self.alias: dict[tuple, str] = {}             # value -> variable it shares
@@ -168,6 +169,15 @@ class _Codegen:
                 continue
             self.fuse_root[root] = grp
             self.fuse_skip.update(n.id for n in grp[0])
+        if f.parent is None:
+            return
+        from dcf.accumulate_fusion import accumulate_groups
+
+        for add, grp in accumulate_groups(f.nodes, gpu_of, self.inputs).items():
+            taken = self.fuse_skip | self.fuse_root.keys()
+            if add not in taken and grp[0].id not in taken:
+                self.accum_root[add] = grp
+                self.fuse_skip.add(grp[0].id)
 
     # ---------------------------------------------------------------- emit
     def emit(self, depth: int, text: str, node: NodeInfo | None = None,
@@ -462,7 +472,8 @@ class _Codegen:
                 plan.append(("rt", n, None))
                 continue
             grp = self.fuse_root.get(n.id)
-            ins = grp[1] if grp is not None else self.inputs(n)
+            acc = self.accum_root.get(n.id)
+            ins = grp[1] if grp is not None else acc[2] if acc is not None else self.inputs(n)
             gs = [self.gget(src, k) for src, k in ins]
             cgs = [self.ngget(c) for c in self.controls(n)]
             known = all(g is not None for g in gs + cgs)
@@ -712,7 +723,8 @@ class _Codegen:
         if (n.id, 0) in self.alias:
             return              # an Identity: its readers read its input
         grp = self.fuse_root.get(n.id)
-        ins = grp[1] if grp is not None else self.inputs(n)
+        acc = self.accum_root.get(n.id)
+        ins = grp[1] if grp is not None else acc[2] if acc is not None else self.inputs(n)
         args = [self.kval(src, k) for src, k in ins]
         outs = [f"v{n.id}_{k}" for k in range(n.n_out)]
         if n.type == "_ToHost":
@@ -722,7 +734,7 @@ class _Codegen:
             self.emit(e + 1, "while not _ev.done: yield _ev")
             self.emit(e + 1, f"if not {outs[0]}.ndim: {outs[0]} = {outs[0]}[()]")
             return
-        call = self.call(n, grp, args)
+        call = self.call(n, grp, args, acc, itv)
         if n.n_out == 0:
             self.emit(e, call, n, itv)
         else:
@@ -752,7 +764,13 @@ class _Codegen:
                 self.emit(e, f"{'if' if m == 0 else 'elif'} {self.lit_expr(rest)}:")
                 self.emit(e + 1, assign)
 
-    def call(self, n: NodeInfo, grp: Any, args: list) -> str:
+    def call(self, n: NodeInfo, grp: Any, args: list, acc: Any = None, itv: str = "") -> str:
+        if acc is not None:     # acc + term, in place after the first iteration
+            from dcf.accumulate_fusion import FusedAccumulate
+
+            self.env[f"f{n.id}"] = FusedAccumulate(self.cf.plan.gpu_of[n.id], n, acc[0],
+                                                   acc[1], acc[3])
+            return f"f{n.id}({', '.join(args)}, {itv})"
         if n.type == "Const" and not args:
             self.env[f"_C{n.id}"] = n.fn()  # hoisted: the value never changes
             return f"_C{n.id}"
@@ -804,7 +822,8 @@ class _Codegen:
         if n.id in self.fuse_skip:
             return       # computed inside the fused kernel of its consumer
         grp = self.fuse_root.get(n.id)
-        ins = grp[1] if grp is not None else self.inputs(n)
+        acc = self.accum_root.get(n.id)
+        ins = grp[1] if grp is not None else acc[2] if acc is not None else self.inputs(n)
         args, dead_terms = [], []
         for i in ins:
             src, k = i
@@ -874,7 +893,7 @@ class _Codegen:
             self.mayd[(n.id, 0)] = maybe_dead
             self.node_dead[n.id] = f"d{n.id}" if maybe_dead else None
             return
-        call = self.call(n, grp, args)
+        call = self.call(n, grp, args, acc, itv)
         if n.n_out == 0:
             assign = call
         elif n.n_out == 1:

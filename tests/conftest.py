@@ -52,3 +52,29 @@ def run_graph():
             return out, md.trace
 
     return run
+
+
+@pytest.fixture
+def fused_accumulations(monkeypatch):
+    """The FusedAccumulates (dcf/accumulate_fusion.py) that ran in this test -- the
+    compiler may build a frame's code more than once -- to read how often each updated
+    its accumulator in place."""
+    from dcf import accumulate_fusion
+
+    made: list = []
+    init = accumulate_fusion.FusedAccumulate.__init__
+
+    def spy(self, *a, **kw):
+        init(self, *a, **kw)
+        made.append(self)
+
+    monkeypatch.setattr(accumulate_fusion.FusedAccumulate, "__init__", spy)
+
+    class Ran(list):
+        def __iter__(self):
+            return iter([f for f in made if f.in_place])
+
+        def __bool__(self):
+            return any(f.in_place for f in made)
+
+    return Ran()

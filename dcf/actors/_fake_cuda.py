@@ -176,7 +176,11 @@ class ndarray:
         self._a[...] = arr
 
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
-        return _wrap(getattr(ufunc, method)(*_strict(inputs), **_strict(kwargs)), self._dev)
+        out = kwargs.get("out")
+        r = getattr(ufunc, method)(*_strict(inputs), **_strict(kwargs))
+        if out is not None:     # written into the given arrays, as cupy does: no allocation
+            return out[0] if type(out) is tuple and len(out) == 1 else out
+        return _wrap(r, self._dev)
 
     def __array_function__(self, func: Any, types_: Any, args: Any, kwargs: Any) -> Any:
         return _wrap(func(*_strict(args), **_strict(kwargs)), self._dev)
@@ -311,7 +315,11 @@ def asnumpy(a: Any, stream: Any = None) -> Any:
 
 def _module_function(fn: Any) -> Any:
     def f(*args: Any, **kwargs: Any) -> Any:
-        return _wrap(fn(*_strict(args), **_strict(kwargs)))
+        out = kwargs.get("out")
+        r = fn(*_strict(args), **_strict(kwargs))
+        if out is not None and type(out) is ndarray:   # written in place: no allocation
+            return out
+        return _wrap(r)
     f.__name__ = getattr(fn, "__name__", "f")
     return f
 

@@ -987,6 +987,15 @@ def _bind(gpu: GpuDevice, p: Any, kw: dict) -> Any:
                 return handle.push(value, swappable)
             return handle.push(value)
         return stack_push
+    if t == "StackPopV2":      # what the kernel wrapper would do, without its checks
+        name = p.name
+
+        def stack_pop(handle: Any) -> Any:
+            if _ACTIVE[0] is not gpu or _ACTIVE[1] != _ident():
+                gpu.activate()
+            v = handle.pop()
+            return gpu.upload(v, name) if type(v) is np.ndarray else v
+        return stack_pop
     if t in _HOST_OPS:
         return functools.partial(p.kernel, np, **kw)
     opdef = OPS.get(t)

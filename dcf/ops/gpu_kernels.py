@@ -25,7 +25,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-__all__ = ["concat_gpu", "sum_gpu", "split_gpu", "matmul_gpu"]
+__all__ = ["concat_gpu", "sum_gpu", "split_gpu", "matmul_gpu", "gemm_accumulate",
+           "colsum_accumulate"]
 
 _D2D = 3   # cudaMemcpyDeviceToDevice
 
@@ -155,6 +156,69 @@ def _handle(xp, lib, device: int) -> int:
     return h
 
 
+def _gemm_shape(xp, lib, a, b, transpose_a, transpose_b) -> tuple | None:
+    """(m, n, k, device) of op(a) @ op(b) where one GEMM computes it, else None."""
+    nd = xp.ndarray
+    if lib is None or type(a) is not nd or type(b) is not nd or a.ndim != 2 or \
+            b.ndim != 2 or a.dtype != b.dtype or a.dtype.char not in "fd" or \
+            not a.flags.c_contiguous or not b.flags.c_contiguous:
+        return None
+    m, k = (a.shape[1], a.shape[0]) if transpose_a else a.shape
+    kb, n = (b.shape[1], b.shape[0]) if transpose_b else b.shape
+    dev = a.data.device_id
+    if k != kb or not (m and n and k) or dev != b.data.device_id:
+        return None
+    return m, n, k, dev
+
+
+def _gemm(xp, lib, a, b, out, transpose_a, transpose_b, m, n, k, dev, beta) -> None:
+    sc = _scalars(a.dtype)
+    h = _handle(xp, lib, dev)
+    lib.setStream(h, xp.cuda.get_current_stream().ptr)
+    (lib.sgemm if a.dtype.char == "f" else lib.dgemm)(
+        h, 1 if transpose_b else 0, 1 if transpose_a else 0, n, m, k, sc[2],
+        b.data.ptr, b.shape[1], a.data.ptr, a.shape[1], sc[2] if beta else sc[3],
+        out.data.ptr, n)
+
+
+def gemm_accumulate(xp, acc, a, b, transpose_a: bool, transpose_b: bool) -> bool:
+    """acc += op(a) @ op(b) as one GEMM (beta = 1) on the current stream, where acc is
+    a C-contiguous (m, n) array of the operands' dtype on their device that overlaps
+    neither; False (nothing done) otherwise."""
+    lib = _cublas(xp)
+    dims = _gemm_shape(xp, lib, a, b, transpose_a, transpose_b)
+    if dims is None or type(acc) is not xp.ndarray or acc.dtype != a.dtype or \
+            acc.shape != dims[:2] or not acc.flags.c_contiguous or \
+            acc.data.device_id != dims[3] or acc.data.ptr in (a.data.ptr, b.data.ptr):
+        return False
+    _gemm(xp, lib, a, b, acc, transpose_a, transpose_b, *dims, beta=1)
+    return True
+
+
+_COLSUM_ACC: dict = {}
+
+
+def colsum_accumulate(xp, acc, x) -> bool:
+    """acc += x.sum(axis=0) for a wide C-contiguous float matrix, as one kernel that
+    adds each column's sum (in sum_gpu's order and precision) to acc: the same bits as
+    the Sum then the Add. False (nothing done) where sum_gpu would not take x."""
+    if type(x) is not xp.ndarray or x.ndim != 2 or x.dtype.kind != "f" or \
+            x.dtype.itemsize < 4 or not x.flags.c_contiguous or x.shape[1] < 512 or \
+            not x.shape[0] or not hasattr(xp, "ElementwiseKernel") or \
+            type(acc) is not xp.ndarray or acc.shape != (x.shape[1],) or \
+            acc.dtype != x.dtype or not acc.flags.c_contiguous or \
+            acc.data.device_id != x.data.device_id or acc.data.ptr == x.data.ptr:
+        return False
+    k = _COLSUM_ACC.get(x.dtype.char)
+    if k is None:
+        k = _COLSUM_ACC[x.dtype.char] = xp.ElementwiseKernel(
+            "raw T x, int64 rows, int64 cols", "T y",
+            "double s = 0; for (ptrdiff_t r = 0; r < rows; ++r) s += x[r * cols + i]; "
+            "y = y + (T)s;", f"dcf_colsum_acc_{x.dtype.char}")
+    k(x, x.shape[0], x.shape[1], acc)
+    return True
+
+
 def matmul_gpu(generic: Any) -> Any:
     """MatMul of 2-D C-contiguous float32/float64 device arrays as one GEMM.
 
@@ -163,23 +227,10 @@ def matmul_gpu(generic: Any) -> Any:
     operands go in swapped and each transpose flag becomes a GEMM flag."""
     def matmul(xp, a, b, *, transpose_a, transpose_b):
         lib = _cublas(xp)
-        nd = xp.ndarray
-        if lib is None or type(a) is not nd or type(b) is not nd or a.ndim != 2 or \
-                b.ndim != 2 or a.dtype != b.dtype or a.dtype.char not in "fd" or \
-                not a.flags.c_contiguous or not b.flags.c_contiguous:
+        dims = _gemm_shape(xp, lib, a, b, transpose_a, transpose_b)
+        if dims is None:
             return generic(xp, a, b, transpose_a=transpose_a, transpose_b=transpose_b)
-        m, k = (a.shape[1], a.shape[0]) if transpose_a else a.shape
-        kb, n = (b.shape[1], b.shape[0]) if transpose_b else b.shape
-        dev = a.data.device_id
-        if k != kb or not (m and n and k) or dev != b.data.device_id:
-            return generic(xp, a, b, transpose_a=transpose_a, transpose_b=transpose_b)
-        dt = a.dtype
-        sc = _scalars(dt)
-        out = xp.empty((m, n), dt)
-        h = _handle(xp, lib, dev)
-        lib.setStream(h, xp.cuda.get_current_stream().ptr)
-        (lib.sgemm if dt.char == "f" else lib.dgemm)(
-            h, 1 if transpose_b else 0, 1 if transpose_a else 0, n, m, k, sc[2],
-            b.data.ptr, b.shape[1], a.data.ptr, a.shape[1], sc[3], out.data.ptr, n)
+        out = xp.empty(dims[:2], a.dtype)
+        _gemm(xp, lib, a, b, out, transpose_a, transpose_b, *dims, beta=0)
         return out
     return matmul

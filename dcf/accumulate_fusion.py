@@ -1,0 +1,169 @@
+"""Fuse a loop's gradient accumulation into the kernel that makes each term (GPU).
+
+The backward loop of a gradient sums the gradient of a loop-invariant value over the
+iterations in a loop variable: acc(t+1) = acc(t) + MatMul(a(t), b(t)) for a weight,
+acc(t+1) = acc(t) + Sum(x(t), axis 0) for a bias. On a GPU each term costs two
+launches and an allocation, and a loop of small kernels is bound by the host's cost
+per launch (bench/NOTES.md). cuBLAS computes C = A B + C in one call (beta = 1), and a
+column sum can add itself to its output, so the frame compiler emits one call that
+writes into the accumulator -- where the graph proves nothing else sees its buffer:
+
+- the Add's only consumer is the NextIteration feeding the loop's Merge;
+- that Merge's only consumer is a Switch, whose true output reaches only the Add
+  (through Identities, each with that one consumer); its false output may go to the
+  loop's Exit, which takes the value only when the Add does not run;
+- the MatMul or Sum has the Add as its only consumer, no control edges, and runs on
+  the Add's GPU.
+
+Then in every iteration after the first of one run of the loop, the value reaching the
+Add is the Add's own result of the iteration before, held by nothing but the loop, and
+the kernel updates it in place; the first iteration's value comes from outside the loop
+and gets a new array (the ops one by one). The compiled frame passes the iteration
+number. Results: the column sum adds the same float as the Sum then the Add (the same
+bits); the GEMM rounds A B + C once instead of twice (last-bit differences). Anything
+the fast kernels do not take (layouts, dtypes, the test stand-in) runs the term's own
+kernel and adds it in place.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from dcf.errors import op_error
+from dcf.ops.gpu_kernels import colsum_accumulate, gemm_accumulate
+from dcf.ops.registry import Kind
+
+__all__ = ["accumulate_groups", "FusedAccumulate"]
+
+_ADDS = ("Add", "AddV2")
+
+
+def _only_consumer(n: Any) -> Any:
+    if n.n_out < 1 or n.fetch or n.ctrl_outs or len(n.outs[0]) != 1 or \
+            any(n.outs[k] for k in range(1, n.n_out)):
+        return None
+    return n.outs[0][0][0]
+
+
+def _term_kind(t: Any, add: Any, gpu_of: dict, inputs_of: Any) -> str | None:
+    if t is None or t.kind != Kind.KERNEL or t.pnode.control or \
+            gpu_of.get(t.id) is not gpu_of[add.id] or _only_consumer(t) is not add:
+        return None
+    if t.type == "MatMul" and t.n_out == 1:
+        return "matmul"
+    if t.type == "Sum" and t.n_out == 1 and not t.pnode.attrs.get("keepdims", False) and \
+            len(inputs_of(t)) == 1 and t.pnode.attrs.get("axis") in (0, (0,), [0]):
+        return "colsum"
+    return None
+
+
+def _loop_carried(src: Any, add: Any, inputs_of: Any) -> bool:
+    """Whether `src` (a (NodeInfo, output) input of `add`) is the loop variable that
+    `add` alone reads and alone feeds back (the module docstring's conditions)."""
+    node, k = src
+    reader = add
+    while node is not None and node.kind == Kind.KERNEL and node.type == "Identity" \
+            and k == 0:
+        if _only_consumer(node) is not reader or node.pnode.control:
+            return False
+        reader = node
+        ins = inputs_of(node)
+        node, k = ins[0] if ins and ins[0] is not None else (None, 0)
+    if node is None or node.kind != Kind.SWITCH or k != 1 or node.fetch or node.ctrl_outs:
+        return False
+    if [d for d, _, _ in node.outs[1]] != [reader]:
+        return False
+    if any(d.kind != Kind.EXIT for d, _, _ in node.outs[0]):
+        return False
+    data = inputs_of(node)[0]
+    if data is None or data[1] != 0:
+        return False
+    merge = data[0]
+    if merge is None or merge.kind != Kind.MERGE or merge.merge_n != 1 or merge.fetch or \
+            merge.ctrl_outs or [d for d, _, _ in merge.outs[0]] != [node] or \
+            any(merge.outs[k] for k in range(1, merge.n_out)):
+        return False
+    nxt = _only_consumer(add)
+    if nxt is None or nxt.kind != Kind.NEXT_ITERATION or nxt.ctrl_outs:
+        return False
+    return [d for d, _, _ in nxt.outs[0]] == [merge]
+
+
+def accumulate_groups(frame_nodes: list, gpu_of: dict, inputs_of: Any) -> dict:
+    """Add node id -> (term node, kind, leaves [acc, term inputs...]) for the
+    accumulations of one loop frame that may run as one in-place kernel."""
+    groups: dict = {}
+    for add in frame_nodes:
+        if add.kind != Kind.KERNEL or add.type not in _ADDS or add.id not in gpu_of or \
+                add.pnode.control or add.n_out != 1:
+            continue
+        ins = inputs_of(add)
+        if len(ins) != 2 or None in ins or any(i[0] is None for i in ins):
+            continue
+        for j in (0, 1):
+            acc, term = ins[j], ins[1 - j]
+            kind = _term_kind(term[0], add, gpu_of, inputs_of) if term[1] == 0 else None
+            if kind is not None and _loop_carried(acc, add, inputs_of):
+                t_ins = inputs_of(term[0])
+                if not t_ins or any(i is None or i[0] is None for i in t_ins):
+                    break
+                groups[add.id] = (term[0], kind, [acc] + list(t_ins), j)
+                break
+    return groups
+
+
+class FusedAccumulate:
+    """The callable of one fused accumulation: fn(acc, *term inputs, iteration)."""
+
+    def __init__(self, gpu: Any, add: Any, term: Any, kind: str, acc_pos: int) -> None:
+        self.gpu = gpu
+        self.cp = gpu.cp
+        self.add, self.term, self.kind = add, term, kind
+        self.acc_pos = acc_pos
+        attrs = term.pnode.attrs
+        self.ta = bool(attrs.get("transpose_a", False))
+        self.tb = bool(attrs.get("transpose_b", False))
+        from dcf.actors import gpu as gpu_mod
+
+        self._active = gpu_mod._ACTIVE
+        self._ident = gpu_mod._ident
+        self.in_place = 0               # in-place updates made (tests read it)
+
+    def _term(self, args: tuple, it: int) -> Any:
+        try:
+            return self.term.fn(*args)
+        except Exception as e:
+            f = self.term.frame
+            raise op_error(self.term.op if self.term.op is not None else self.term,
+                           f.name, it, e) from e
+
+    def __call__(self, acc: Any, *args: Any) -> Any:
+        it = args[-1]
+        targs = args = args[:-1]
+        if not it:        # the value came from outside the loop: a new array
+            p = self._term(targs, it)
+            return self.add.fn(acc, p) if self.acc_pos == 0 else self.add.fn(p, acc)
+        act = self._active
+        if act[0] is not self.gpu or act[1] != self._ident():
+            self.gpu.activate()
+        gpu = self.gpu
+        e0 = gpu.record(gpu.compute) if gpu.tracing else None
+        th = time.perf_counter()
+        cp = self.cp
+        if self.kind == "matmul":
+            done = gemm_accumulate(cp, acc, args[0], args[1], self.ta, self.tb)
+        else:
+            done = colsum_accumulate(cp, acc, args[0])
+        if not done:      # the term's own kernel (it makes room when memory is short)
+            p = self._term(targs, it)
+            if type(acc) is not type(p) or type(acc) is not cp.ndarray or \
+                    acc.shape != p.shape or acc.dtype != p.dtype:
+                return self.add.fn(acc, p) if self.acc_pos == 0 else self.add.fn(p, acc)
+            cp.add(acc, p, out=acc)
+        self.in_place += 1
+        if e0 is not None:
+            gpu.trace_events.append((self.add.name, f"{self.term.type}+{self.add.type}", e0,
+                                     gpu.record(gpu.compute), "compute",
+                                     self.add.frame.name, None, th))
+        return acc

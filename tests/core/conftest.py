@@ -1,0 +1,33 @@
+"""Fixtures of the core tests."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+@pytest.fixture
+def fake_gpus():
+    """Two stand-in GPUs for this test only."""
+    from dcf import gpu_devices
+    from dcf.actors import gpu as gpu_mod
+
+    old = os.environ.get("DCF_FAKE_GPUS")
+    saved = dict(gpu_mod.GpuDevice._instances)
+    os.environ["DCF_FAKE_GPUS"] = "2"
+    gpu_devices.count.cache_clear()
+    gpu_devices.backend.cache_clear()
+    gpu_mod.GpuDevice._instances.clear()
+    try:
+        yield gpu_devices.backend()
+    finally:
+        if old is None:
+            os.environ.pop("DCF_FAKE_GPUS", None)
+        else:
+            os.environ["DCF_FAKE_GPUS"] = old
+        gpu_devices.count.cache_clear()
+        gpu_devices.backend.cache_clear()
+        gpu_mod.GpuDevice._instances.clear()
+        gpu_mod.GpuDevice._instances.update(saved)
+        gpu_mod._ACTIVE[:] = [None, None]
