@@ -12,10 +12,12 @@ module compiles one raw kernel per expression, dtype and argument layout:
 - every device argument has the output's shape and is C-contiguous (``a``), or is the
   output's trailing dimensions, C-contiguous (``r``, a bias row: element ``i % m``),
   or holds one element (``p``, read through its pointer);
+- or is a 2-D column block of a wider C-contiguous matrix (``w``: element
+  ``(i / cols) * ld + i % cols``, e.g. one output of a SplitV along the last axis);
 - a host argument is a numpy scalar of the same dtype, passed by value (``s``);
 - one float dtype throughout (float32 or float64), and the output is new.
 
-Anything else (integers, mixed dtypes, other broadcasts, strided views, and the test
+Anything else (integers, mixed dtypes, other broadcasts, other strided views, and the test
 stand-in for cupy, which has no `RawKernel`) returns None and the caller runs its
 general kernel. Kernels are compiled without FMA contraction, so a single op equals
 cupy's ufunc bit for bit and a fused expression rounds each operation as the ops one
@@ -109,8 +111,15 @@ class RawElementwise:
         for a in args:
             if type(a) is nd:
                 if not a.flags.c_contiguous:
-                    return None
-                if a.shape == out_shape:
+                    if a.shape != out_shape or a.ndim != 2 or a.strides[1] != a.itemsize \
+                            or a.strides[0] % a.itemsize or \
+                            a.strides[0] // a.itemsize <= a.shape[1]:
+                        return None
+                    layout.append("w")        # a column block of a wider matrix
+                    params.append(a)
+                    params.append(np.int64(a.shape[1]))
+                    params.append(np.int64(a.strides[0] // a.itemsize))
+                elif a.shape == out_shape:
                     layout.append("a")
                     params.append(a)
                 elif a.size == 1 and a.ndim <= nout:
@@ -149,6 +158,10 @@ class RawElementwise:
             elif kind == "r":
                 ps.append(f"const T* __restrict__ p{j}, const long long m{j}")
                 loads.append(f"const T in{j} = p{j}[i % m{j}];")
+            elif kind == "w":
+                ps.append(f"const T* __restrict__ p{j}, const long long c{j}, "
+                          f"const long long l{j}")
+                loads.append(f"const T in{j} = p{j}[(i / c{j}) * l{j} + i % c{j}];")
             elif kind == "p":
                 ps.append(f"const T* __restrict__ p{j}")
                 loads.append(f"const T in{j} = p{j}[0];")

@@ -1,6 +1,6 @@
 """Raw elementwise kernels on a real GPU (dcf/ops/gpu_elementwise.py): each single op
 equals cupy's general kernel bit for bit, for every argument layout the launcher
-takes, both float dtypes, and sizes past one grid's worth of threads; a fused tree
+takes (column blocks of wider matrices included), both float dtypes, and sizes past one grid's worth of threads; a fused tree
 equals its ElementwiseKernel. Skipped with the test stand-in (it has no RawKernel)."""
 
 from __future__ import annotations
@@ -40,6 +40,10 @@ def test_single_op_equals_cupy_bit_for_bit(cp, op, dt):
                       (dt(0.5), y), (x, cp.asarray(dt(-0.25)))]
             if len(shape) > 1:
                 cases.append((x[0], y))
+        if len(shape) == 2:          # column blocks of wider matrices (SplitV's outputs)
+            wide = cp.asarray(rng.uniform(0.5, 2, (shape[0], shape[1] + 11)).astype(dt))
+            block = wide[:, 7:7 + shape[1]]
+            cases += [(x, block), (block, y)] if two else [(block,)]
         for args in cases:
             got = body(cp, *args)
             want = generic(cp, *[a.copy() if type(a) is cp.ndarray else a for a in args])
@@ -68,6 +72,7 @@ def test_a_fused_tree_equals_its_elementwise_kernel(cp):
 def test_add_n_equals_the_generic_body_bit_for_bit(cp, n):
     rng = np.random.default_rng(n)
     xs = [cp.asarray(rng.standard_normal((33, 65)).astype(np.float32)) for _ in range(n)]
+    xs[-1] = cp.asarray(rng.standard_normal((33, 130)).astype(np.float32))[:, 65:]
     got = OPS["AddN"].gpu_kernel(cp, *xs)
     want = OPS["AddN"].kernel(cp, *[x.copy() for x in xs])
     np.testing.assert_array_equal(cp.asnumpy(got), cp.asnumpy(want))

@@ -48,6 +48,12 @@ class _RawKernel:
             src = self.loads.get(f"in{j}")
             if src is None:
                 vals[f"in{j}"] = T(env[f"in{j}"])
+            elif "/ c" in src:                      # p[(i / c) * l + i % c]
+                a = np.asarray(env[f"p{j}"])
+                c, ld = int(env[f"c{j}"]), int(env[f"l{j}"])
+                flat = np.lib.stride_tricks.as_strided(     # the memory from p on
+                    a, shape=((a.shape[0] - 1) * ld + c,), strides=(a.itemsize,))
+                vals[f"in{j}"] = flat[(i // c) * ld + i % c]
             else:
                 p = np.asarray(env[f"p{j}"]).reshape(-1)
                 idx = {"[i]": i, "[0]": 0}.get(src[len(f"p{j}"):])
@@ -57,6 +63,15 @@ class _RawKernel:
         py = self.expr.replace("(T)1", "T(1)").replace("tanh(", "np.tanh(") \
             .replace("exp(", "np.exp(")
         out.reshape(-1)[:] = eval(py, {"np": np, "T": T}, vals)
+
+
+def _block(a, left=1):
+    """`a` as the columns left..left+n of a wider device matrix: a strided view."""
+    wide = np.full((a.shape[0], a.shape[1] + left + 2), np.nan, a.dtype)
+    wide[:, left:left + a.shape[1]] = a
+    v = _dev(wide)[:, left:left + a.shape[1]]
+    assert not v.flags.c_contiguous
+    return v
 
 
 def _stand_in():
@@ -88,9 +103,14 @@ def test_single_ops_match_numpy_for_each_layout(op, dt):
                   ((x[0], y), (x[0], y)),                 # ... as the first argument
                   ((x, y[:1, :1]), (x, y[:1, :1])),       # one element on the device
                   ((x, dt(1.5)), (x, np.asarray(dt(1.5)))),   # a host scalar
-                  ((dt(0.25), y), (np.asarray(dt(0.25)), y))]
+                  ((dt(0.25), y), (np.asarray(dt(0.25)), y)),
+                  ((x, _block(y)), (x, y)),               # a SplitV output's columns
+                  ((_block(x, 2), _block(y, 0)), (x, y))]
+    if not two_inputs:
+        cases.append(((_block(x, 4),), (x,)))
     for args, ref_args in cases:
-        dev_args = tuple(_dev(a) if isinstance(a, np.ndarray) else a for a in args)
+        dev_args = tuple(a if isinstance(a, _Dev) else _dev(a) if isinstance(a, np.ndarray)
+                         else a for a in args)
         got = body(cp, *dev_args)
         want = ref(*[np.asarray(a, np.float64) for a in ref_args])
         assert isinstance(got, _Dev) and got.dtype == dt and got.shape == want.shape
@@ -107,7 +127,12 @@ def test_what_it_leaves_to_the_general_kernel():
     assert k((_dev(np.ones((4, 3), np.int32)),) * 2) is None          # integers
     assert k((x, _dev(np.ones((4, 1), np.float32)))) is None          # a column broadcast
     assert k((x, np.asfortranarray(np.ones((4, 3), np.float32)).view(_Dev))) is None
-    assert k((x, _dev(np.ones((4, 6), np.float32))[:, ::2])) is None  # strided view
+    assert k((x, _dev(np.ones((4, 6), np.float32))[:, ::2])) is None  # strided columns
+    assert k((x, _dev(np.ones((8, 3), np.float32))[::-2])) is None    # rows backwards
+    assert k((x, _dev(np.ones((3, 4), np.float32)).T)) is None        # a transpose
+    assert k((x, _dev(np.ones((4, 3, 2), np.float32))[:, :, 0])) is None
+    rows = _dev(np.arange(24, dtype=np.float32).reshape(8, 3))[::2]   # every other row:
+    np.testing.assert_array_equal(np.asarray(k((x, rows))), 1 + np.asarray(rows))  # taken
     assert k((x, _dev(np.ones((1, 1, 1), np.float32)))) is None       # broadcast adds dims
     assert k((_dev(np.ones((0, 3), np.float32)),) * 2) is None        # empty
     assert k((np.float32(1), np.float32(2))) is None                  # nothing on the device
@@ -165,6 +190,21 @@ def test_add_n_sums_in_the_generic_order_in_chunks(n):
     np.testing.assert_array_equal(np.asarray(got), want)     # same additions, same order
     last = (n - 9) % 7 + 2 if n > 8 else n       # inputs of the last kernel
     assert len(_RawKernel.compiled) == len({min(8, n), last})
+
+
+def test_add_n_of_a_split_output_and_an_array_is_one_raw_kernel():
+    """An LSTM's hidden-state gradient: the recurrent part is a column block of the
+    concatenation's gradient (SplitV's view), the other a plain array."""
+    from dcf.ops.gpu_elementwise import add_n_gpu
+    from dcf.ops.math_ops import _add_n
+
+    cp = _stand_in()
+    rng = np.random.default_rng(7)
+    a, b = rng.standard_normal((2, 4, 6)).astype(np.float32)
+    _RawKernel.compiled = []
+    got = add_n_gpu(_generic)(cp, _dev(a), _block(b, 3))
+    np.testing.assert_array_equal(np.asarray(got), _add_n(np, a.copy(), b))
+    assert [n.rsplit("_", 2)[1] for n in _RawKernel.compiled] == ["aw"]
 
 
 def test_add_n_leaves_other_arguments_to_the_generic_body():
