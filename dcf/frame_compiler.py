@@ -384,6 +384,9 @@ class _Codegen:
                     sk = key(s)
                     if sk is not k and s not in loop_merges:
                         items[k].add(sk)
+        gpu_of = self.cf.plan.gpu_of
+        if len({id(gpu_of[n.id]) for n in own if n.id in gpu_of}) > 1:
+            return _device_grouped(items, gpu_of, f.name)
         out, done = [], set()
         pending = dict(items)
         while pending:
@@ -911,6 +914,47 @@ class _Codegen:
         for k in range(n.n_out):
             self.mayd[(n.id, k)] = maybe_dead
         self.node_dead[n.id] = f"d{n.id}" if maybe_dead else None
+
+
+def _device_grouped(items: dict, gpu_of: dict, name: str) -> list:
+    """A topological order of `items` (item -> the items it needs, in the frame's node
+    order) that stays on one GPU while it has ready work there: each switch of the
+    current GPU costs the host a device and stream change (a frame over several GPUs
+    would otherwise alternate between them as ops become ready). Items off the GPUs
+    (host ops, nested frames) go first whenever they are ready; among equals, the
+    frame's node order decides."""
+    rank = {k: i for i, k in enumerate(items)}
+    need = {k: len(v) for k, v in items.items()}
+    users: dict = {k: [] for k in items}
+    for k, deps in items.items():
+        for d in deps:
+            users[d].append(k)
+    ready = sorted((k for k, c in need.items() if not c), key=rank.__getitem__)
+    out: list = []
+    cur = None
+    while ready:
+        pick = None
+        for i, k in enumerate(ready):     # host work first, then the current GPU's
+            g = gpu_of.get(k.id) if isinstance(k, NodeInfo) else None
+            if g is None:
+                pick = i
+                break
+            if g is cur and pick is None:
+                pick = i
+        if pick is None:
+            pick = 0
+        k = ready.pop(pick)
+        if isinstance(k, NodeInfo) and k.id in gpu_of:
+            cur = gpu_of[k.id]
+        out.append(k)
+        for u in users[k]:
+            need[u] -= 1
+            if not need[u]:
+                ready.append(u)
+                ready.sort(key=rank.__getitem__)
+    if len(out) != len(items):
+        raise _NotCompilable(f"cycle in frame {name}")
+    return out
 
 
 def _marker(gpus: list) -> Any:

@@ -442,7 +442,8 @@ class GpuDevice:
 
     def _record_on(self, dev: int) -> Any:
         other = GpuDevice.get(dev)
-        other.activate()
+        if _ACTIVE[0] is not other or _ACTIVE[1] != _ident():
+            other.activate()
         return other.record(other.compute)
 
     def upload(self, out: Any, what: str) -> Any:
@@ -996,6 +997,18 @@ def _bind(gpu: GpuDevice, p: Any, kw: dict) -> Any:
             v = handle.pop()
             return gpu.upload(v, name) if type(v) is np.ndarray else v
         return stack_pop
+    if t == "ReadVariableOp":  # likewise: the variable's array (uploaded if on the host)
+        name, read = p.name, functools.partial(p.kernel, np, **kw)
+
+        def read_variable(handle: Any) -> Any:
+            v = handle.value
+            if v is None or type(v) is np.ndarray:
+                v = read(handle)          # the kernel's error for an unset variable
+                if _ACTIVE[0] is not gpu or _ACTIVE[1] != _ident():
+                    gpu.activate()
+                return gpu.upload(v, name)
+            return v
+        return read_variable
     if t in _HOST_OPS:
         return functools.partial(p.kernel, np, **kw)
     opdef = OPS.get(t)

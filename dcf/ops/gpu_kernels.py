@@ -11,7 +11,7 @@ column `sum` 31-38 us, `cupy.split` (views only) 11 us. Here:
 - a sum over the rows of a wide C-contiguous matrix (an LSTM's bias gradient) is one
   elementwise kernel, a thread per column adding the rows in order in double (float32)
   or the input type (float64);
-- a split returns basic-slicing views directly;
+- a split returns views made directly (a pointer into the input, its strides);
 - a 2-D matrix product of C-contiguous float32/float64 matrices is one cuBLAS GEMM
   call on the current stream (transposes as GEMM flags), into a new array: cupy's
   `matmul` costs 14-22 us of host time per call there, more with transposed operands.
@@ -112,8 +112,18 @@ def split_gpu(generic: Any) -> Any:
         if not 0 <= a < x.ndim or sum(sizes) != x.shape[a] or min(sizes) < 0 or \
                 len(sizes) != num:
             return generic(xp, x, *dyn, sizes=sizes, num=num, axis=axis)
-        head = (slice(None),) * a
         out, start = [], 0
+        if min(sizes) > 0 and x.strides[a] > 0 and hasattr(xp.cuda, "MemoryPointer"):
+            # views made directly (a pointer into x, x's strides): cupy's basic slicing
+            # costs several us of host time per view
+            mk, mem, dt, strides, step = xp.ndarray, x.data, x.dtype, x.strides, x.strides[a]
+            shape = list(x.shape)
+            for s in sizes:
+                shape[a] = s
+                out.append(mk(tuple(shape), dt, mem + start * step, strides))
+                start += s
+            return tuple(out)
+        head = (slice(None),) * a
         for s in sizes:
             out.append(x[head + (slice(start, start + s),)])
             start += s

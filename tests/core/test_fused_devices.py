@@ -187,3 +187,50 @@ def test_a_fused_chain_given_host_values_runs_op_by_op(fake_gpus, monkeypatch):
     np.testing.assert_allclose(got_z, np.exp(y_np) - y_np, rtol=1e-6)
     used = sorted(k.expr for k in _EmulatedElementwiseKernel.made if k.calls)
     assert used == ["(exp(in0) - in0)", "tanh(((in0 * in1) + in2))"]
+
+
+def test_a_loop_over_two_gpus_switches_device_once_per_gpu_and_iteration(fake_gpus,
+                                                                          monkeypatch):
+    """Two independent chains of five steps, one per GPU, built alternately: the compiled
+    iteration runs one GPU's chain, then the other's (two device switches), not the
+    ops in the order they became ready, which would switch at every step."""
+    from dcf.actors import gpu as gpu_mod
+
+    switches = [0]
+    activate = gpu_mod.GpuDevice.activate
+
+    def counting(self):
+        switches[0] += 1
+        activate(self)
+
+    monkeypatch.setattr(gpu_mod.GpuDevice, "activate", counting)
+    rng = np.random.default_rng(5)
+    a0, b0 = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    n = 6
+    g = dcf.Graph()
+    with g.as_default():
+        def body(i, a, b):
+            for _ in range(5):      # built interleaved: a's op, b's op, a's op, ...
+                with dcf.device("/gpu:0"):
+                    a = dcf.tanh(a) * 0.9 + 0.1
+                with dcf.device("/gpu:1"):
+                    b = dcf.sin(b) * 1.1 - 0.2
+            return i + 1, a, b
+
+        with dcf.device("/gpu:0"):
+            a_init = dcf.constant(a0)
+        with dcf.device("/gpu:1"):
+            b_init = dcf.constant(b0)
+        _, a, b = dcf.while_loop(lambda i, a, b: i < n, body, (0, a_init, b_init))
+    wa, wb = a0.astype(np.float64), b0.astype(np.float64)
+    for _ in range(n):
+        for _ in range(5):
+            wa = np.tanh(wa) * 0.9 + 0.1
+            wb = np.sin(wb) * 1.1 - 0.2
+    with dcf.Session(graph=g) as sess:
+        sess.run([a, b])
+        switches[0] = 0
+        got_a, got_b = sess.run([a, b])
+    np.testing.assert_allclose(got_a, wa, rtol=1e-5)
+    np.testing.assert_allclose(got_b, wb, rtol=1e-5)
+    assert switches[0] <= 2 * n + 4, switches[0]
