@@ -9,8 +9,8 @@ column `sum` 31-38 us, `cupy.split` (views only) 11 us. Here:
 - concatenation of C-contiguous arrays is one strided device-to-device copy per input
   (`cudaMemcpy2DAsync` on the current stream) into one new array;
 - a sum over the rows of a wide C-contiguous matrix (an LSTM's bias gradient) is one
-  elementwise kernel, a thread per column adding the rows in order in double (float32)
-  or the input type (float64);
+  raw kernel (an ElementwiseKernel where cupy has no RawKernel), a thread per column
+  adding the rows in order in double;
 - a split returns views made directly (a pointer into the input, its strides);
 - a 2-D matrix product of C-contiguous float32/float64 matrices is one cuBLAS GEMM
   call on the current stream (transposes as GEMM flags), into a new array: cupy's
@@ -24,6 +24,10 @@ from __future__ import annotations
 
 import threading
 from typing import Any
+
+import numpy as np
+
+from dcf.ops.gpu_raw import RawLoop
 
 __all__ = ["concat_gpu", "sum_gpu", "split_gpu", "matmul_gpu", "gemm_accumulate",
            "colsum_accumulate"]
@@ -73,6 +77,13 @@ def concat_gpu(generic: Any) -> Any:
 
 
 _COLSUM = {}
+_COLSUM_PARAMS = ("const T* __restrict__ x, const long long rows, const long long cols, "
+                  "T* __restrict__ y")
+_COLSUM_SUM = "    double s = 0; for (long long r = 0; r < rows; ++r) s += x[r * cols + i];"
+# raw kernels of the two column sums (dcf/ops/gpu_raw.py): the same loop and rounding
+_COLSUM_RAW = RawLoop("dcf_colsum_raw", _COLSUM_PARAMS, _COLSUM_SUM + " y[i] = (T)s;")
+_COLSUM_ACC_RAW = RawLoop("dcf_colsum_acc_raw", _COLSUM_PARAMS,
+                          _COLSUM_SUM + " y[i] = y[i] + (T)s;")
 
 
 def _colsum_kernel(xp, dtype: Any) -> Any:
@@ -98,7 +109,10 @@ def sum_gpu(generic: Any, axis_value: Any) -> Any:
                 x.shape[1] >= 512 and x.shape[0] and hasattr(xp, "ElementwiseKernel"):
             rows, cols = x.shape
             y = xp.empty((cols,), x.dtype)
-            _colsum_kernel(xp, x.dtype)(x, rows, cols, y)
+            if RawLoop.available(xp):
+                _COLSUM_RAW(xp, x.dtype, cols, (x, np.int64(rows), np.int64(cols), y))
+            else:
+                _colsum_kernel(xp, x.dtype)(x, rows, cols, y)
             return y.reshape(1, cols) if keepdims else y
         return generic(xp, x, *dyn, axis=axis, keepdims=keepdims)
     return sum_
@@ -150,8 +164,6 @@ def _cublas(xp) -> Any:
 def _scalars(dtype: Any) -> tuple:
     sc = _GEMM_SCALARS.get(dtype.char)
     if sc is None:
-        import numpy as np
-
         one, zero = np.ones(1, dtype), np.zeros(1, dtype)
         sc = _GEMM_SCALARS[dtype.char] = (one, zero, one.ctypes.data, zero.ctypes.data)
     return sc
@@ -219,6 +231,10 @@ def colsum_accumulate(xp, acc, x) -> bool:
             acc.dtype != x.dtype or not acc.flags.c_contiguous or \
             acc.data.device_id != x.data.device_id or acc.data.ptr == x.data.ptr:
         return False
+    if RawLoop.available(xp):
+        _COLSUM_ACC_RAW(xp, x.dtype, x.shape[1], (x, np.int64(x.shape[0]),
+                                                   np.int64(x.shape[1]), acc))
+        return True
     k = _COLSUM_ACC.get(x.dtype.char)
     if k is None:
         k = _COLSUM_ACC[x.dtype.char] = xp.ElementwiseKernel(

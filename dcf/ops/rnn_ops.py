@@ -25,6 +25,7 @@ import numpy as np
 
 from dcf.errors import InvalidArgumentError
 from dcf.graph import Tensor, TensorType
+from dcf.ops.gpu_raw import RawLoop
 from dcf.ops.registry import OpDef, RegisterGradient, apply, register
 
 __all__: list[str] = []
@@ -204,6 +205,33 @@ _GATES_GRAD_CUDA = """
     dc_prev = dct * fg;
 """
 _cuda_kernels: dict = {}
+_raw_kernels: dict = {}
+
+
+def _raw_kernel(which: str) -> RawLoop:
+    """The same bodies as raw kernels over C-contiguous arrays (dcf/ops/gpu_raw.py):
+    half the host's cost per launch of the ElementwiseKernels below."""
+    k = _raw_kernels.get(which)
+    if k is None:
+        if which == "bwd":
+            k = RawLoop("dcf_lstm_gates_grad_raw",
+                        "const T* __restrict__ c_, const T* __restrict__ acts, "
+                        "const T* __restrict__ c_new_, const T* __restrict__ dc_, "
+                        "const T* __restrict__ dh_, const long long u, T* __restrict__ dz, "
+                        "T* __restrict__ dc_prev_",
+                        "    const T c = c_[i], c_new = c_new_[i], dc = dc_[i], dh = dh_[i];\n"
+                        "    T dc_prev;" + _GATES_GRAD_CUDA + "    dc_prev_[i] = dc_prev;")
+        else:
+            addend = which[4:]
+            k = RawLoop("dcf_lstm_gates_raw" + (f"_{addend}" if addend else ""),
+                        "const T* __restrict__ z, const T* __restrict__ c_, const T fb, "
+                        "const long long u, " +
+                        ("const T* __restrict__ bias, " if addend else "") +
+                        "T* __restrict__ c_new_, T* __restrict__ h_new_, T* __restrict__ acts",
+                        "    const T c = c_[i];\n    T c_new, h_new;" + _gates_source(addend) +
+                        "    c_new_[i] = c_new; h_new_[i] = h_new;")
+        _raw_kernels[which] = k
+    return k
 
 
 def _cuda_kernel(xp, which: str):
@@ -245,8 +273,12 @@ def _gates_gpu(xp, z, c, b=None, *, forget_bias):
     h_new = xp.empty(c.shape, c.dtype)
     acts = xp.empty(z.shape, z.dtype)
     fb = z.dtype.type(forget_bias)
+    raw = RawLoop.available(xp) and c.flags.c_contiguous
     if b is None:
-        _cuda_kernel(xp, "fwd")(z, c, fb, u, c_new, h_new, acts)
+        if raw:
+            _raw_kernel("fwd")(xp, z.dtype, c.size, (z, c, fb, np.int64(u), c_new, h_new, acts))
+        else:
+            _cuda_kernel(xp, "fwd")(z, c, fb, u, c_new, h_new, acts)
         return c_new, h_new, acts
     # the addend inside the kernel (one launch, no z + b temporary), as a row or full
     if type(b) is not type(z) or b.dtype != z.dtype:
@@ -259,7 +291,10 @@ def _gates_gpu(xp, z, c, b=None, *, forget_bias):
         return _gates(xp, z, c, b, forget_bias=forget_bias)
     if not b.flags.c_contiguous:
         b = xp.ascontiguousarray(b)
-    _cuda_kernel(xp, which)(z, c, fb, u, b, c_new, h_new, acts)
+    if raw:
+        _raw_kernel(which)(xp, z.dtype, c.size, (z, c, fb, np.int64(u), b, c_new, h_new, acts))
+    else:
+        _cuda_kernel(xp, which)(z, c, fb, u, b, c_new, h_new, acts)
     return c_new, h_new, acts
 
 
@@ -271,7 +306,14 @@ def _gates_grad_gpu(xp, c, acts, c_new, dc, dh):
         acts = xp.ascontiguousarray(acts)
     dz = xp.empty(acts.shape, acts.dtype)
     dc_prev = xp.empty(c.shape, c.dtype)
-    _cuda_kernel(xp, "bwd")(c, acts, c_new, dc, dh, c.shape[1], dz, dc_prev)
+    nd, shape, dt = xp.ndarray, c.shape, c.dtype
+    if RawLoop.available(xp) and acts.dtype == dt and acts.shape == (shape[0], 4 * shape[1]) \
+            and all(type(a) is nd and a.shape == shape and a.dtype == dt and
+                    a.flags.c_contiguous for a in (c, c_new, dc, dh)):
+        _raw_kernel("bwd")(xp, dt, c.size, (c, acts, c_new, dc, dh, np.int64(shape[1]), dz,
+                                            dc_prev))
+    else:
+        _cuda_kernel(xp, "bwd")(c, acts, c_new, dc, dh, c.shape[1], dz, dc_prev)
     return dz, dc_prev
 
 

@@ -151,3 +151,58 @@ def test_matmul_of_empty_and_mismatched_operands():
     with pytest.raises(Exception):
         _run(lambda p, q: dcf.matmul(p, q),
              [np.ones((3, 2), np.float32), np.ones((3, 2), np.float32)])
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+@pytest.mark.parametrize("addend", ["", "row", "full"])
+def test_raw_lstm_gate_kernels_equal_the_elementwise_kernels(dt, addend):
+    """The raw launches (dcf/ops/gpu_raw.py) run the ElementwiseKernels' bodies: the
+    same results, forward and backward (compiled alike; at most the last bit where the
+    compiler contracts differently)."""
+    from dcf import gpu_devices
+    from dcf.ops import rnn_ops
+
+    cp = gpu_devices.backend()
+    if not hasattr(cp, "RawKernel"):
+        pytest.skip("the cupy stand-in has no RawKernel")
+    cp.cuda.Device(0).use()
+    rng = np.random.default_rng(9)
+    B, u = 37, 129
+    z, bias_full = (cp.asarray(rng.standard_normal((B, 4 * u)).astype(dt)) for _ in range(2))
+    c = cp.asarray(rng.standard_normal((B, u)).astype(dt))
+    bias = {"": None, "row": cp.asarray(rng.standard_normal(4 * u).astype(dt)),
+            "full": bias_full}[addend]
+    fb, which = dt(1.0), "fwd" + (f"_{addend}" if addend else "")
+    outs = [[cp.empty((B, u), dt), cp.empty((B, u), dt), cp.empty((B, 4 * u), dt)]
+            for _ in range(2)]
+    extra = () if bias is None else (bias,)
+    rnn_ops._raw_kernel(which)(cp, z.dtype, c.size, (z, c, fb, np.int64(u)) + extra +
+                               tuple(outs[0]))
+    rnn_ops._cuda_kernel(cp, which)(z, c, fb, u, *extra, *outs[1])
+    tol = 1e-6 if dt == np.float32 else 1e-14
+    for a, b in zip(*outs):
+        np.testing.assert_allclose(cp.asnumpy(a), cp.asnumpy(b), rtol=tol, atol=tol)
+    acts, c_new = outs[0][2], outs[0][0]
+    dc, dh = (cp.asarray(rng.standard_normal((B, u)).astype(dt)) for _ in range(2))
+    grads = [[cp.empty((B, 4 * u), dt), cp.empty((B, u), dt)] for _ in range(2)]
+    rnn_ops._raw_kernel("bwd")(cp, dt, c.size, (c, acts, c_new, dc, dh, np.int64(u)) +
+                               tuple(grads[0]))
+    rnn_ops._cuda_kernel(cp, "bwd")(c, acts, c_new, dc, dh, u, *grads[1])
+    for a, b in zip(*grads):
+        np.testing.assert_allclose(cp.asnumpy(a), cp.asnumpy(b), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_raw_column_sum_equals_the_elementwise_kernel_bit_for_bit(dt):
+    from dcf import gpu_devices
+    from dcf.ops import gpu_kernels
+
+    cp = gpu_devices.backend()
+    if not hasattr(cp, "RawKernel"):
+        pytest.skip("the cupy stand-in has no RawKernel")
+    cp.cuda.Device(0).use()
+    x = cp.asarray(np.random.default_rng(10).standard_normal((300, 700)).astype(dt))
+    raw, ek = cp.empty(700, dt), cp.empty(700, dt)
+    gpu_kernels._COLSUM_RAW(cp, x.dtype, 700, (x, np.int64(300), np.int64(700), raw))
+    gpu_kernels._colsum_kernel(cp, x.dtype)(x, 300, 700, ek)
+    np.testing.assert_array_equal(cp.asnumpy(raw), cp.asnumpy(ek))

@@ -1,0 +1,57 @@
+"""A CUDA loop body launched as a raw kernel: the host cost of an ElementwiseKernel call
+without its argument machinery.
+
+cupy's `ElementwiseKernel` call costs the host 13-16 us on the lent machines (it
+resolves types, broadcasts and builds indexers for every argument on every call); a
+`RawKernel` launch with its output allocated costs about 6 us (bench/NOTES.md, "GPU,
+session 5"). The LSTM gates and the column sums run once per layer and iteration, so
+they use this: one kernel per dtype, compiled on first use, a grid-stride loop over
+`i` in [0, n), parameters declared in the body's own terms (pointers for arrays, values
+for scalars). The caller checks layouts (C-contiguous arrays of the expected shapes)
+and keeps its ElementwiseKernel for anything else and for the test stand-in, which has
+no RawKernel. Compiled with nvrtc's default options, as ElementwiseKernels are.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["RawLoop"]
+
+_THREADS = 256
+_MAX_BLOCKS = 1 << 16
+_CTYPE = {"f": "float", "d": "double"}
+
+
+class RawLoop:
+    """`params`: the kernel's parameters after `typedef T` (type T for the dtype), e.g.
+    ``"const T* __restrict__ x, const long long rows, T* __restrict__ y"``; `body`: CUDA
+    statements run for each i in [0, n)."""
+
+    def __init__(self, name: str, params: str, body: str) -> None:
+        self.name, self.params, self.body = name, params, body
+        self._kernels: dict = {}
+
+    @staticmethod
+    def available(cp: Any) -> bool:
+        return hasattr(cp, "RawKernel")
+
+    def __call__(self, cp: Any, dtype: Any, n: int, args: tuple) -> None:
+        """Run the body for i < n with `args` (the parameters in order; n is passed
+        last)."""
+        if n <= 0:
+            return
+        char = np.dtype(dtype).char
+        k = self._kernels.get(char)
+        if k is None:
+            name = f"{self.name}_{char}"
+            code = (f"typedef {_CTYPE[char]} T;\n"
+                    f'extern "C" __global__ void {name}({self.params}, const long long n) {{\n'
+                    "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;"
+                    " i < n;\n       i += (long long)blockDim.x * gridDim.x) {\n"
+                    f"{self.body}\n  }}\n}}\n")
+            k = self._kernels[char] = cp.RawKernel(code, name)
+        k((min((n + _THREADS - 1) // _THREADS, _MAX_BLOCKS),), (_THREADS,),
+          args + (np.int64(n),))
