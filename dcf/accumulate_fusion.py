@@ -22,12 +22,12 @@ and gets a new array (the ops one by one). The compiled frame passes the iterati
 number. Results: the column sum adds the same float as the Sum then the Add (the same
 bits); the GEMM rounds A B + C once instead of twice (last-bit differences). Anything
 the fast kernels do not take (layouts, dtypes, the test stand-in) runs the term's own
-kernel and adds it in place.
+kernel and adds it in place. (Traced runs take the executor's op-by-op path, where each
+op is its own trace slice.)
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from dcf.errors import op_error
@@ -140,30 +140,23 @@ class FusedAccumulate:
 
     def __call__(self, acc: Any, *args: Any) -> Any:
         it = args[-1]
-        targs = args = args[:-1]
+        args = args[:-1]
         if not it:        # the value came from outside the loop: a new array
-            p = self._term(targs, it)
+            p = self._term(args, it)
             return self.add.fn(acc, p) if self.acc_pos == 0 else self.add.fn(p, acc)
         act = self._active
         if act[0] is not self.gpu or act[1] != self._ident():
             self.gpu.activate()
-        gpu = self.gpu
-        e0 = gpu.record(gpu.compute) if gpu.tracing else None
-        th = time.perf_counter()
         cp = self.cp
         if self.kind == "matmul":
             done = gemm_accumulate(cp, acc, args[0], args[1], self.ta, self.tb)
         else:
             done = colsum_accumulate(cp, acc, args[0])
         if not done:      # the term's own kernel (it makes room when memory is short)
-            p = self._term(targs, it)
+            p = self._term(args, it)
             if type(acc) is not type(p) or type(acc) is not cp.ndarray or \
                     acc.shape != p.shape or acc.dtype != p.dtype:
                 return self.add.fn(acc, p) if self.acc_pos == 0 else self.add.fn(p, acc)
             cp.add(acc, p, out=acc)
         self.in_place += 1
-        if e0 is not None:
-            gpu.trace_events.append((self.add.name, f"{self.term.type}+{self.add.type}", e0,
-                                     gpu.record(gpu.compute), "compute",
-                                     self.add.frame.name, None, th))
         return acc
