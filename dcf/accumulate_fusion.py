@@ -124,10 +124,6 @@ class FusedAccumulate:
         attrs = term.pnode.attrs
         self.ta = bool(attrs.get("transpose_a", False))
         self.tb = bool(attrs.get("transpose_b", False))
-        from dcf.actors import gpu as gpu_mod
-
-        self._active = gpu_mod._ACTIVE
-        self._ident = gpu_mod._ident
         self.in_place = 0               # in-place updates made (tests read it)
 
     def _term(self, args: tuple, it: int) -> Any:
@@ -144,9 +140,7 @@ class FusedAccumulate:
         if not it:        # the value came from outside the loop: a new array
             p = self._term(args, it)
             return self.add.fn(acc, p) if self.acc_pos == 0 else self.add.fn(p, acc)
-        act = self._active
-        if act[0] is not self.gpu or act[1] != self._ident():
-            self.gpu.activate()
+        self.gpu.make_current()
         cp = self.cp
         if self.kind == "matmul":
             done = gemm_accumulate(cp, acc, args[0], args[1], self.ta, self.tb)

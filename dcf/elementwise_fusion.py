@@ -113,10 +113,6 @@ class FusedElementwise:
         # the same expression as a raw kernel where the arguments fit (same shapes,
         # bias rows, scalars: the common case), for a third of the host's launch cost
         self.raw = RawElementwise(gpu.cp, expression, n_in, "fused")
-        from dcf.actors import gpu as gpu_mod
-
-        self._active = gpu_mod._ACTIVE
-        self._ident = gpu_mod._ident
         self._nd = gpu.cp.ndarray
 
     def slow(self, *args: Any) -> Any:
@@ -143,9 +139,7 @@ class FusedElementwise:
         if dt is None or dt.kind != "f" or any(
                 type(a) is not nd and a.dtype != dt for a in args):
             return self.slow(*args)
-        act = self._active
-        if act[0] is not self.gpu or act[1] != self._ident():
-            self.gpu.activate()
+        self.gpu.make_current()
         try:
             out = self.raw(args)
             return self.kernel(*args) if out is None else out

@@ -173,11 +173,12 @@ class _Codegen:
             return
         from dcf.accumulate_fusion import accumulate_groups
 
+        skip, roots = self.fuse_skip, self.fuse_root
         for add, grp in accumulate_groups(f.nodes, gpu_of, self.inputs).items():
-            taken = self.fuse_skip | self.fuse_root.keys()
-            if add not in taken and grp[0].id not in taken:
+            term = grp[0].id
+            if add not in skip and add not in roots and term not in skip and term not in roots:
                 self.accum_root[add] = grp
-                self.fuse_skip.add(grp[0].id)
+                skip.add(term)
 
     # ---------------------------------------------------------------- emit
     def emit(self, depth: int, text: str, node: NodeInfo | None = None,
@@ -185,6 +186,14 @@ class _Codegen:
         self.lines.append("    " * depth + text)
         if node is not None:
             self.line_node[len(self.lines)] = (node, frame_var or "")
+
+    def fused_inputs(self, n: NodeInfo) -> tuple:
+        """(elementwise group, accumulation, inputs) of `n`: a fused node reads its
+        group's leaves, the others their own inputs."""
+        grp = self.fuse_root.get(n.id)
+        acc = self.accum_root.get(n.id)
+        return grp, acc, grp[1] if grp is not None else acc[2] if acc is not None else \
+            self.inputs(n)
 
     def inputs(self, n: NodeInfo) -> list:
         return [None if i is None else (self.cf.info_of.get(id(i[0])), i[1])
@@ -474,9 +483,7 @@ class _Codegen:
                     self.rt_ctrl(c)
                 plan.append(("rt", n, None))
                 continue
-            grp = self.fuse_root.get(n.id)
-            acc = self.accum_root.get(n.id)
-            ins = grp[1] if grp is not None else acc[2] if acc is not None else self.inputs(n)
+            grp, _, ins = self.fused_inputs(n)
             gs = [self.gget(src, k) for src, k in ins]
             cgs = [self.ngget(c) for c in self.controls(n)]
             known = all(g is not None for g in gs + cgs)
@@ -725,9 +732,7 @@ class _Codegen:
     def known_kernel(self, n: NodeInfo, e: int, itv: str) -> None:
         if (n.id, 0) in self.alias:
             return              # an Identity: its readers read its input
-        grp = self.fuse_root.get(n.id)
-        acc = self.accum_root.get(n.id)
-        ins = grp[1] if grp is not None else acc[2] if acc is not None else self.inputs(n)
+        grp, acc, ins = self.fused_inputs(n)
         args = [self.kval(src, k) for src, k in ins]
         outs = [f"v{n.id}_{k}" for k in range(n.n_out)]
         if n.type == "_ToHost":
@@ -824,9 +829,7 @@ class _Codegen:
     def node(self, n: NodeInfo, d: int, itv: str) -> None:
         if n.id in self.fuse_skip:
             return       # computed inside the fused kernel of its consumer
-        grp = self.fuse_root.get(n.id)
-        acc = self.accum_root.get(n.id)
-        ins = grp[1] if grp is not None else acc[2] if acc is not None else self.inputs(n)
+        grp, acc, ins = self.fused_inputs(n)
         args, dead_terms = [], []
         for i in ins:
             src, k = i

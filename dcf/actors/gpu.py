@@ -136,6 +136,12 @@ class GpuDevice:
         _ACTIVE[0] = self
         _ACTIVE[1] = _ident()
 
+    def make_current(self) -> None:
+        """activate() unless this device is current in this thread already. (The kernel
+        wrapper of _kernel_fn, run for almost every op, makes the same test inline.)"""
+        if _ACTIVE[0] is not self or _ACTIVE[1] != _ident():
+            self.activate()
+
     def relieve(self, attempt: int) -> bool:
         """Make room after a failed allocation; False when nothing more can be done.
         0: drop the pool's cached blocks (the pool's limit counts them) and garbage;
@@ -167,8 +173,7 @@ class GpuDevice:
         return self.limit or self.total_memory
 
     def used_bytes(self) -> int:
-        if _ACTIVE[0] is not self or _ACTIVE[1] != _ident():
-            self.activate()
+        self.make_current()
         return int(self.pool.used_bytes())
 
     # ------------------------------------------------------------- events
@@ -263,8 +268,7 @@ class GpuDevice:
 
     def to_device(self, host: Any, what: str = "value", where: tuple = ("", -1)) -> Any:
         """Asynchronous host-to-device copy of a numpy array (pinned staging, h2d)."""
-        if _ACTIVE[0] is not self or _ACTIVE[1] != _ident():
-            self.activate()
+        self.make_current()
         host = np.asarray(host)
         dst = self.alloc(host.shape, host.dtype, what)
         n = host.nbytes
@@ -287,8 +291,7 @@ class GpuDevice:
     def to_host_async(self, arr: Any, what: str = "value",
                       where: tuple = ("", -1)) -> tuple[np.ndarray, Any]:
         """Start a device-to-host copy into pinned memory; returns (host array, event)."""
-        if _ACTIVE[0] is not self or _ACTIVE[1] != _ident():
-            self.activate()
+        self.make_current()
         shape = arr.shape
         if not arr.flags.c_contiguous:
             arr = self.cp.ascontiguousarray(arr)   # (it makes 0-d arrays 1-d: keep shape)
@@ -313,8 +316,7 @@ class GpuDevice:
         compute stream first and make it wait in turn: two more events, no overlap). The
         source buffer stays alive until an event after the copy is done: one event per
         PEER_KEEP_N copies or PEER_KEEP_BYTES, and at the end of the step."""
-        if _ACTIVE[0] is not self or _ACTIVE[1] != _ident():
-            self.activate()
+        self.make_current()
         src = gv.array
         if not src.flags.c_contiguous:
             raise ValueError(f"peer copy of a non-contiguous array ({what})")
@@ -395,8 +397,7 @@ class GpuDevice:
 
     def _release_peer_sources(self) -> None:
         """Keep the sources of the peer copies issued so far alive until they are done."""
-        if _ACTIVE[0] is not self or _ACTIVE[1] != _ident():
-            self.activate()
+        self.make_current()
         self.defer(self.record(self.compute), self._peer_sources)
         self._peer_sources = []
         self._peer_held = 0
@@ -433,8 +434,7 @@ class GpuDevice:
             return self.from_peer(_PeerValue(v, self._record_on(dev), dev), what, where)
         if t is _PeerValue:
             if v.device == self.index:
-                if _ACTIVE[0] is not self or _ACTIVE[1] != _ident():
-                    self.activate()
+                self.make_current()
                 self.compute.wait_event(v.event)
                 return v.array
             return self.from_peer(v, what, where)
@@ -442,8 +442,7 @@ class GpuDevice:
 
     def _record_on(self, dev: int) -> Any:
         other = GpuDevice.get(dev)
-        if _ACTIVE[0] is not other or _ACTIVE[1] != _ident():
-            other.activate()
+        other.make_current()
         return other.record(other.compute)
 
     def upload(self, out: Any, what: str) -> Any:
@@ -496,8 +495,7 @@ class GpuDevice:
     def begin_trace(self) -> None:
         self.tracing = True
         self.trace_events = []
-        if _ACTIVE[0] is not self or _ACTIVE[1] != _ident():
-            self.activate()
+        self.make_current()
         ref = self.cp.cuda.Event()
         ref.record(self.compute)
         ref.synchronize()
@@ -759,8 +757,7 @@ class _Swapper:
 
     def pop(self, rec: _Rec) -> Any:
         gpu = self.gpu
-        if _ACTIVE[0] is not gpu or _ACTIVE[1] != _ident():
-            gpu.activate()
+        gpu.make_current()
         st = rec.state
         if st == _Rec.HOST:
             self._fetch(rec)
@@ -992,8 +989,7 @@ def _bind(gpu: GpuDevice, p: Any, kw: dict) -> Any:
         name = p.name
 
         def stack_pop(handle: Any) -> Any:
-            if _ACTIVE[0] is not gpu or _ACTIVE[1] != _ident():
-                gpu.activate()
+            gpu.make_current()
             v = handle.pop()
             return gpu.upload(v, name) if type(v) is np.ndarray else v
         return stack_pop
@@ -1004,8 +1000,7 @@ def _bind(gpu: GpuDevice, p: Any, kw: dict) -> Any:
             v = handle.value
             if v is None or type(v) is np.ndarray:
                 v = read(handle)          # the kernel's error for an unset variable
-                if _ACTIVE[0] is not gpu or _ACTIVE[1] != _ident():
-                    gpu.activate()
+                gpu.make_current()
                 return gpu.upload(v, name)
             return v
         return read_variable
@@ -1139,8 +1134,7 @@ class _GpuRendezvous:
             return
         peer = self._dst_of.get(key[1])
         if peer is not None:
-            if _ACTIVE[0] is not gpu or _ACTIVE[1] != _ident():
-                gpu.activate()
+            gpu.make_current()
             if not value.flags.c_contiguous:    # a view (e.g. a split): copy it compact
                 value = gpu.cp.ascontiguousarray(value).reshape(value.shape)
             self._inner.send(key, _PeerValue(value, gpu.record(gpu.compute), gpu.index))

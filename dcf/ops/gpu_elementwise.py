@@ -31,12 +31,10 @@ from typing import Any
 
 import numpy as np
 
+from dcf.ops.gpu_raw import RawLoop
+
 __all__ = ["RawElementwise", "raw_gpu", "add_n_gpu", "SINGLE"]
 
-_THREADS = 256
-_MAX_BLOCKS = 1 << 16
-_BLOCK = (_THREADS,)
-_CTYPE = {"f": "float", "d": "double"}
 _names = itertools.count()
 
 # Single ops whose GPU body is one raw kernel: the expression over in0, in1 in the
@@ -84,8 +82,7 @@ class RawElementwise:
 
     def _launch(self, k: Any, shape: tuple, dt: Any, size: int, params: Any) -> Any:
         out = self.cp.empty(shape, dt)
-        k((min((size + _THREADS - 1) // _THREADS, _MAX_BLOCKS),), _BLOCK,
-          (*params, out, np.int64(size)))
+        RawLoop.launch(k, size, (*params, out))
         return out
 
     def _general(self, args: tuple) -> Any:
@@ -167,17 +164,9 @@ class RawElementwise:
                 loads.append(f"const T in{j} = p{j}[0];")
             else:
                 ps.append(f"const T in{j}")
-        name = f"{self.name}_{layout}_{char}"
-        code = (
-            f"typedef {_CTYPE[char]} T;\n"
-            f'extern "C" __global__ void {name}({", ".join(ps)}, T* __restrict__ out, '
-            "const long long n) {\n"
-            "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;\n"
-            "       i += (long long)blockDim.x * gridDim.x) {\n"
-            f"    {' '.join(loads)}\n"
-            f"    out[i] = {self.expression};\n"
-            "  }\n}\n")
-        return self.cp.RawKernel(code, name, options=("--fmad=false",))
+        return RawLoop(f"{self.name}_{layout}", ", ".join(ps) + ", T* __restrict__ out",
+                       f"    {' '.join(loads)}\n    out[i] = {self.expression};",
+                       ("--fmad=false",)).kernel(self.cp, char)
 
 
 def raw_gpu(op_type: str, generic: Any) -> Any:

@@ -9,8 +9,7 @@ column `sum` 31-38 us, `cupy.split` (views only) 11 us. Here:
 - concatenation of C-contiguous arrays is one strided device-to-device copy per input
   (`cudaMemcpy2DAsync` on the current stream) into one new array;
 - a sum over the rows of a wide C-contiguous matrix (an LSTM's bias gradient) is one
-  raw kernel (an ElementwiseKernel where cupy has no RawKernel), a thread per column
-  adding the rows in order in double;
+  raw kernel, a thread per column adding the rows in order in double;
 - a split returns views made directly (a pointer into the input, its strides);
 - a 2-D matrix product of C-contiguous float32/float64 matrices is one cuBLAS GEMM
   call on the current stream (transposes as GEMM flags), into a new array: cupy's
@@ -76,25 +75,14 @@ def concat_gpu(generic: Any) -> Any:
     return concat
 
 
-_COLSUM = {}
+# the column sums as raw kernels (dcf/ops/gpu_raw.py): a thread per column adds the
+# rows in order in double; the accumulating form adds that sum, rounded, to y
 _COLSUM_PARAMS = ("const T* __restrict__ x, const long long rows, const long long cols, "
                   "T* __restrict__ y")
 _COLSUM_SUM = "    double s = 0; for (long long r = 0; r < rows; ++r) s += x[r * cols + i];"
-# raw kernels of the two column sums (dcf/ops/gpu_raw.py): the same loop and rounding
 _COLSUM_RAW = RawLoop("dcf_colsum_raw", _COLSUM_PARAMS, _COLSUM_SUM + " y[i] = (T)s;")
 _COLSUM_ACC_RAW = RawLoop("dcf_colsum_acc_raw", _COLSUM_PARAMS,
                           _COLSUM_SUM + " y[i] = y[i] + (T)s;")
-
-
-def _colsum_kernel(xp, dtype: Any) -> Any:
-    k = _COLSUM.get(dtype.char)
-    if k is None:
-        k = xp.ElementwiseKernel(
-            "raw T x, int64 rows, int64 cols", "T y",
-            "double s = 0; for (ptrdiff_t r = 0; r < rows; ++r) s += x[r * cols + i]; "
-            "y = (T)s;", f"dcf_colsum_{dtype.char}")
-        _COLSUM[dtype.char] = k
-    return k
 
 
 def sum_gpu(generic: Any, axis_value: Any) -> Any:
@@ -106,13 +94,10 @@ def sum_gpu(generic: Any, axis_value: Any) -> Any:
             ax = ax[0]
         if (ax == 0 or ax == -2) and type(x) is xp.ndarray and x.ndim == 2 and \
                 x.dtype.kind == "f" and x.dtype.itemsize >= 4 and x.flags.c_contiguous and \
-                x.shape[1] >= 512 and x.shape[0] and hasattr(xp, "ElementwiseKernel"):
+                x.shape[1] >= 512 and x.shape[0] and RawLoop.available(xp):
             rows, cols = x.shape
             y = xp.empty((cols,), x.dtype)
-            if RawLoop.available(xp):
-                _COLSUM_RAW(xp, x.dtype, cols, (x, np.int64(rows), np.int64(cols), y))
-            else:
-                _colsum_kernel(xp, x.dtype)(x, rows, cols, y)
+            _COLSUM_RAW(xp, x.dtype, cols, (x, np.int64(rows), np.int64(cols), y))
             return y.reshape(1, cols) if keepdims else y
         return generic(xp, x, *dyn, axis=axis, keepdims=keepdims)
     return sum_
@@ -217,31 +202,19 @@ def gemm_accumulate(xp, acc, a, b, transpose_a: bool, transpose_b: bool) -> bool
     return True
 
 
-_COLSUM_ACC: dict = {}
-
-
 def colsum_accumulate(xp, acc, x) -> bool:
     """acc += x.sum(axis=0) for a wide C-contiguous float matrix, as one kernel that
     adds each column's sum (in sum_gpu's order and precision) to acc: the same bits as
     the Sum then the Add. False (nothing done) where sum_gpu would not take x."""
     if type(x) is not xp.ndarray or x.ndim != 2 or x.dtype.kind != "f" or \
             x.dtype.itemsize < 4 or not x.flags.c_contiguous or x.shape[1] < 512 or \
-            not x.shape[0] or not hasattr(xp, "ElementwiseKernel") or \
+            not x.shape[0] or not RawLoop.available(xp) or \
             type(acc) is not xp.ndarray or acc.shape != (x.shape[1],) or \
             acc.dtype != x.dtype or not acc.flags.c_contiguous or \
             acc.data.device_id != x.data.device_id or acc.data.ptr == x.data.ptr:
         return False
-    if RawLoop.available(xp):
-        _COLSUM_ACC_RAW(xp, x.dtype, x.shape[1], (x, np.int64(x.shape[0]),
-                                                   np.int64(x.shape[1]), acc))
-        return True
-    k = _COLSUM_ACC.get(x.dtype.char)
-    if k is None:
-        k = _COLSUM_ACC[x.dtype.char] = xp.ElementwiseKernel(
-            "raw T x, int64 rows, int64 cols", "T y",
-            "double s = 0; for (ptrdiff_t r = 0; r < rows; ++r) s += x[r * cols + i]; "
-            "y = y + (T)s;", f"dcf_colsum_acc_{x.dtype.char}")
-    k(x, x.shape[0], x.shape[1], acc)
+    _COLSUM_ACC_RAW(xp, x.dtype, x.shape[1], (x, np.int64(x.shape[0]), np.int64(x.shape[1]),
+                                               acc))
     return True
 
 

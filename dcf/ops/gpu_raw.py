@@ -9,7 +9,9 @@ they use this: one kernel per dtype, compiled on first use, a grid-stride loop o
 `i` in [0, n), parameters declared in the body's own terms (pointers for arrays, values
 for scalars). The caller checks layouts (C-contiguous arrays of the expected shapes)
 and keeps its ElementwiseKernel for anything else and for the test stand-in, which has
-no RawKernel. Compiled with nvrtc's default options, as ElementwiseKernels are.
+no RawKernel. Compiled with nvrtc's default options, as ElementwiseKernels are, unless
+the caller gives others (the raw elementwise kernels of dcf/ops/gpu_elementwise.py are
+built on this too, without FMA contraction).
 """
 
 from __future__ import annotations
@@ -22,28 +24,25 @@ __all__ = ["RawLoop"]
 
 _THREADS = 256
 _MAX_BLOCKS = 1 << 16
+_BLOCK = (_THREADS,)
 _CTYPE = {"f": "float", "d": "double"}
 
 
 class RawLoop:
     """`params`: the kernel's parameters after `typedef T` (type T for the dtype), e.g.
     ``"const T* __restrict__ x, const long long rows, T* __restrict__ y"``; `body`: CUDA
-    statements run for each i in [0, n)."""
+    statements run for each i in [0, n); `options`: nvrtc's."""
 
-    def __init__(self, name: str, params: str, body: str) -> None:
-        self.name, self.params, self.body = name, params, body
+    def __init__(self, name: str, params: str, body: str, options: tuple = ()) -> None:
+        self.name, self.params, self.body, self.options = name, params, body, options
         self._kernels: dict = {}
 
     @staticmethod
     def available(cp: Any) -> bool:
         return hasattr(cp, "RawKernel")
 
-    def __call__(self, cp: Any, dtype: Any, n: int, args: tuple) -> None:
-        """Run the body for i < n with `args` (the parameters in order; n is passed
-        last)."""
-        if n <= 0:
-            return
-        char = np.dtype(dtype).char
+    def kernel(self, cp: Any, char: str) -> Any:
+        """The compiled kernel for dtype character `char` ('f' or 'd')."""
         k = self._kernels.get(char)
         if k is None:
             name = f"{self.name}_{char}"
@@ -52,6 +51,16 @@ class RawLoop:
                     "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;"
                     " i < n;\n       i += (long long)blockDim.x * gridDim.x) {\n"
                     f"{self.body}\n  }}\n}}\n")
-            k = self._kernels[char] = cp.RawKernel(code, name)
-        k((min((n + _THREADS - 1) // _THREADS, _MAX_BLOCKS),), (_THREADS,),
-          args + (np.int64(n),))
+            k = self._kernels[char] = cp.RawKernel(code, name, options=self.options)
+        return k
+
+    @staticmethod
+    def launch(k: Any, n: int, args: tuple) -> None:
+        """Run kernel `k` over i < n (n > 0) with `args`, n appended."""
+        k((min((n + _THREADS - 1) // _THREADS, _MAX_BLOCKS),), _BLOCK, args + (np.int64(n),))
+
+    def __call__(self, cp: Any, dtype: Any, n: int, args: tuple) -> None:
+        """Run the body for i < n with `args` (the parameters in order; n is passed
+        last)."""
+        if n > 0:
+            self.launch(self.kernel(cp, np.dtype(dtype).char), n, args)

@@ -267,34 +267,29 @@ def _gates_gpu(xp, z, c, b=None, *, forget_bias):
     u = c.shape[1]
     if z.shape[1] != 4 * u or z.shape[0] != c.shape[0]:
         return _gates(xp, z, c, b, forget_bias=forget_bias)
+    which, extra = "fwd", ()
+    if b is not None:
+        # the addend inside the kernel (one launch, no z + b temporary), as a row or full
+        if type(b) is not type(z) or b.dtype != z.dtype:
+            return _gates(xp, z, c, b, forget_bias=forget_bias)
+        if b.shape == (4 * u,):
+            which = "fwd_row"
+        elif b.shape == z.shape:
+            which = "fwd_full"
+        else:
+            return _gates(xp, z, c, b, forget_bias=forget_bias)
+        extra = (b if b.flags.c_contiguous else xp.ascontiguousarray(b),)
     if not z.flags.c_contiguous:
         z = xp.ascontiguousarray(z)
     c_new = xp.empty(c.shape, c.dtype)
     h_new = xp.empty(c.shape, c.dtype)
     acts = xp.empty(z.shape, z.dtype)
     fb = z.dtype.type(forget_bias)
-    raw = RawLoop.available(xp) and c.flags.c_contiguous
-    if b is None:
-        if raw:
-            _raw_kernel("fwd")(xp, z.dtype, c.size, (z, c, fb, np.int64(u), c_new, h_new, acts))
-        else:
-            _cuda_kernel(xp, "fwd")(z, c, fb, u, c_new, h_new, acts)
-        return c_new, h_new, acts
-    # the addend inside the kernel (one launch, no z + b temporary), as a row or full
-    if type(b) is not type(z) or b.dtype != z.dtype:
-        return _gates(xp, z, c, b, forget_bias=forget_bias)
-    if b.shape == (4 * u,):
-        which = "fwd_row"
-    elif b.shape == z.shape:
-        which = "fwd_full"
+    if RawLoop.available(xp) and c.flags.c_contiguous:
+        _raw_kernel(which)(xp, z.dtype, c.size,
+                           (z, c, fb, np.int64(u)) + extra + (c_new, h_new, acts))
     else:
-        return _gates(xp, z, c, b, forget_bias=forget_bias)
-    if not b.flags.c_contiguous:
-        b = xp.ascontiguousarray(b)
-    if raw:
-        _raw_kernel(which)(xp, z.dtype, c.size, (z, c, fb, np.int64(u), b, c_new, h_new, acts))
-    else:
-        _cuda_kernel(xp, which)(z, c, fb, u, b, c_new, h_new, acts)
+        _cuda_kernel(xp, which)(z, c, fb, u, *extra, c_new, h_new, acts)
     return c_new, h_new, acts
 
 
