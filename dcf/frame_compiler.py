@@ -149,6 +149,7 @@ class _Codegen:
         self.fuse_root: dict[int, tuple] = {}   # elementwise GPU trees (one kernel each)
         self.fuse_skip: set[int] = set()
         self.accum_root: dict[int, tuple] = {}  # loop accumulations updated in place
+        self.gates_root: dict[int, tuple] = {}  # LSTM gates' gradients with their dh sum
         self.vguard: dict[tuple, tuple | None] = {}   # value -> guard (see analyze)
         self.nguard: dict[int, tuple | None] = {}     # node -> guard of its firing
         self.alias: dict[tuple, str] = {}             # value -> variable it shares
@@ -169,14 +170,21 @@ class _Codegen:
                 continue
             self.fuse_root[root] = grp
             self.fuse_skip.update(n.id for n in grp[0])
+        from dcf.gates_grad_fusion import gates_grad_groups
+
+        skip, roots = self.fuse_skip, self.fuse_root
+        for gg, grp in gates_grad_groups(f.nodes, gpu_of, self.inputs,
+                                         skip | roots.keys()).items():
+            self.gates_root[gg] = grp
+            skip.add(grp[0].id)
         if f.parent is None:
             return
         from dcf.accumulate_fusion import accumulate_groups
 
-        skip, roots = self.fuse_skip, self.fuse_root
         for add, grp in accumulate_groups(f.nodes, gpu_of, self.inputs).items():
             term = grp[0].id
-            if add not in skip and add not in roots and term not in skip and term not in roots:
+            if add not in skip and add not in roots and term not in skip and \
+                    term not in roots and add not in self.gates_root:
                 self.accum_root[add] = grp
                 skip.add(term)
 
@@ -192,8 +200,12 @@ class _Codegen:
         group's leaves, the others their own inputs."""
         grp = self.fuse_root.get(n.id)
         acc = self.accum_root.get(n.id)
-        return grp, acc, grp[1] if grp is not None else acc[2] if acc is not None else \
-            self.inputs(n)
+        if grp is not None:
+            return grp, acc, grp[1]
+        if acc is not None:
+            return grp, acc, acc[2]
+        gates = self.gates_root.get(n.id)
+        return grp, acc, gates[1] if gates is not None else self.inputs(n)
 
     def inputs(self, n: NodeInfo) -> list:
         return [None if i is None else (self.cf.info_of.get(id(i[0])), i[1])
@@ -779,6 +791,13 @@ class _Codegen:
             self.env[f"f{n.id}"] = FusedAccumulate(self.cf.plan.gpu_of[n.id], n, acc[0],
                                                    acc[1], acc[3])
             return f"f{n.id}({', '.join(args)}, {itv})"
+        gates = self.gates_root.get(n.id)
+        if gates is not None:   # the gates' gradient reading dh = a + b in its kernel
+            from dcf.gates_grad_fusion import FusedGatesGrad
+
+            self.env[f"f{n.id}"] = FusedGatesGrad(self.cf.plan.gpu_of[n.id], n, gates[0])
+            it = itv if n.frame.parent is not None else "None"     # the root has no counter
+            return f"f{n.id}({', '.join(args)}, {it})"
         if n.type == "Const" and not args:
             self.env[f"_C{n.id}"] = n.fn()  # hoisted: the value never changes
             return f"_C{n.id}"

@@ -208,9 +208,16 @@ _cuda_kernels: dict = {}
 _raw_kernels: dict = {}
 
 
+# dh read from one or two [batch, u] matrices whose rows are `ld` elements apart (a
+# C-contiguous matrix, ld = u, or a column block of a wider one: a SplitV output), the
+# two added first in the order AddN adds them
+_DH_READ = {1: "dh_a[r_ * lda + k_]", 2: "dh_a[r_ * lda + k_] + dh_b[r_ * ldb + k_]"}
+
+
 def _raw_kernel(which: str) -> RawLoop:
     """The same bodies as raw kernels over C-contiguous arrays (dcf/ops/gpu_raw.py):
-    half the host's cost per launch of the ElementwiseKernels below."""
+    half the host's cost per launch of the ElementwiseKernels below. "bwd_s1" and
+    "bwd_s2" read dh from one or two row-strided matrices (see _DH_READ)."""
     k = _raw_kernels.get(which)
     if k is None:
         if which == "bwd":
@@ -220,6 +227,18 @@ def _raw_kernel(which: str) -> RawLoop:
                         "const T* __restrict__ dh_, const long long u, T* __restrict__ dz, "
                         "T* __restrict__ dc_prev_",
                         "    const T c = c_[i], c_new = c_new_[i], dc = dc_[i], dh = dh_[i];\n"
+                        "    T dc_prev;" + _GATES_GRAD_CUDA + "    dc_prev_[i] = dc_prev;")
+        elif which.startswith("bwd_s"):
+            n = int(which[5:])
+            k = RawLoop(f"dcf_lstm_gates_grad_dh{n}",
+                        "const T* __restrict__ c_, const T* __restrict__ acts, "
+                        "const T* __restrict__ c_new_, const T* __restrict__ dc_, "
+                        "const T* __restrict__ dh_a, const long long lda, " +
+                        ("const T* __restrict__ dh_b, const long long ldb, " if n == 2 else "") +
+                        "const long long u, T* __restrict__ dz, T* __restrict__ dc_prev_",
+                        "    const long long r_ = i / u, k_ = i - r_ * u;\n"
+                        "    const T c = c_[i], c_new = c_new_[i], dc = dc_[i];\n"
+                        f"    const T dh = {_DH_READ[n]};\n"
                         "    T dc_prev;" + _GATES_GRAD_CUDA + "    dc_prev_[i] = dc_prev;")
         else:
             addend = which[4:]
@@ -299,6 +318,10 @@ def _gates_grad_gpu(xp, c, acts, c_new, dc, dh):
         return _gates_grad(xp, c, acts, c_new, dc, dh)
     if not acts.flags.c_contiguous:
         acts = xp.ascontiguousarray(acts)
+    if type(dh) is xp.ndarray and not dh.flags.c_contiguous:
+        got = gates_grad_sum(xp, c, acts, c_new, dc, (dh,))  # a column block: read in place
+        if got is not None:
+            return got
     dz = xp.empty(acts.shape, acts.dtype)
     dc_prev = xp.empty(c.shape, c.dtype)
     nd, shape, dt = xp.ndarray, c.shape, c.dtype
@@ -309,6 +332,50 @@ def _gates_grad_gpu(xp, c, acts, c_new, dc, dh):
                                             dc_prev))
     else:
         _cuda_kernel(xp, "bwd")(c, acts, c_new, dc, dh, c.shape[1], dz, dc_prev)
+    return dz, dc_prev
+
+
+def _row_stride(a: Any, shape: tuple, dt: Any, nd: Any) -> int | None:
+    """The distance in elements between the rows of `a`, a [batch, u] device matrix of
+    `dt` whose rows are each contiguous (C-contiguous, or a column block of a wider
+    matrix); None for anything else."""
+    if type(a) is not nd or a.shape != shape or a.dtype != dt:
+        return None
+    s0, s1 = a.strides
+    size = dt.itemsize
+    if shape[0] > 1 and (s1 != size or s0 < shape[1] * size or s0 % size) or \
+            shape[0] <= 1 and not a.flags.c_contiguous:
+        return None
+    return s0 // size if shape[0] > 1 else shape[1]
+
+
+def gates_grad_sum(xp: Any, c: Any, acts: Any, c_new: Any, dc: Any, dhs: tuple) -> Any:
+    """LSTMGatesGrad with dh = dhs[0] (+ dhs[1]), added inside the kernel, as one raw
+    kernel: (dz, dc_prev), or None where the arrays don't fit it (not all device arrays
+    of one float dtype, c/c_new/dc/acts not C-contiguous, a dh whose rows are not each
+    contiguous, no RawKernel). The sum is the one AddN makes (one rounding), so the
+    results are those of the AddN then LSTMGatesGrad."""
+    nd = getattr(xp, "ndarray", None)
+    if not RawLoop.available(xp) or type(c) is not nd or c.ndim != 2 or \
+            c.dtype.kind != "f" or c.dtype.itemsize < 4 or not 1 <= len(dhs) <= 2:
+        return None
+    shape, dt = c.shape, c.dtype
+    if type(acts) is not nd or acts.dtype != dt or acts.shape != (shape[0], 4 * shape[1]) or \
+            not acts.flags.c_contiguous:
+        return None
+    for a in (c, c_new, dc):
+        if type(a) is not nd or a.shape != shape or a.dtype != dt or not a.flags.c_contiguous:
+            return None
+    args: tuple = ()
+    for a in dhs:
+        ld = _row_stride(a, shape, dt, nd)
+        if ld is None:
+            return None
+        args += (a, np.int64(ld))
+    dz = xp.empty(acts.shape, dt)
+    dc_prev = xp.empty(shape, dt)
+    _raw_kernel(f"bwd_s{len(dhs)}")(xp, dt, c.size, (c, acts, c_new, dc) + args +
+                                     (np.int64(shape[1]), dz, dc_prev))
     return dz, dc_prev
 
 
