@@ -1,4 +1,5 @@
-"""cProfile of one run: chain K=1024 pi=32 (2 GPUs), model_parallel 2 GPUs, LSTM dynamic and static b512."""
+"""cProfile of one run: chain K=1024 pi=32 (2 GPUs), model_parallel 2 GPUs, LSTM dynamic and static
+b512 (`lstm`; `lstmN` for batch N): `python -m bench.probes.host_profile [chain] [mp] [lstm64] ...`."""
 import cProfile, pstats, io, sys, time, gc
 import numpy as np
 import cupy
@@ -29,9 +30,12 @@ if "mp" in which and cupy.cuda.runtime.getDeviceCount() >= 2:
     xv = cupy.asarray((np.random.default_rng(0).standard_normal((100, 256, 1024)) * 0.1).astype(np.float32))
     prof("model_parallel 2 GPUs", lambda: m.step(xv))
     m.close()
-if "lstm" in which:
-    xv = _input(200, 512, 512, False)
+for arg in which:
+    if not arg.startswith("lstm"):
+        continue
+    b = int(arg[4:] or 512)
+    xv = _input(200, b, 512, False)
     for k in ("dynamic", "static"):
-        m = GpuLstm(k, 200, 512, 512, 512)
-        prof(f"lstm {k} b512", lambda: m.step(xv))
+        m = GpuLstm(k, 200, b, 512, 512)
+        prof(f"lstm {k} b{b}", lambda: m.step(xv))
         m.close()
