@@ -13,7 +13,9 @@ column `sum` 31-38 us, `cupy.split` (views only) 11 us. Here:
 - a split returns views made directly (a pointer into the input, its strides);
 - a 2-D matrix product of C-contiguous float32/float64 matrices is one cuBLAS GEMM
   call on the current stream (transposes as GEMM flags), into a new array: cupy's
-  `matmul` costs 14-22 us of host time per call there, more with transposed operands.
+  `matmul` costs 14-22 us of host time per call there, more with transposed operands;
+  the GEMM goes through cuBLASLt with its algorithm chosen once per shape
+  (dcf/ops/cublaslt.py) where that library is found, else cuBLAS's `sgemm`/`dgemm`.
 
 Each falls back to the generic body for anything else (other layouts, dtypes or
 axes, and the test stand-in for cupy, which has no `memcpy2DAsync`).
@@ -26,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from dcf.ops.cublaslt import gemm as lt_gemm
 from dcf.ops.gpu_raw import RawLoop
 
 __all__ = ["concat_gpu", "sum_gpu", "split_gpu", "matmul_gpu", "gemm_accumulate",
@@ -53,7 +56,7 @@ def concat_gpu(generic: Any) -> Any:
                     not x.flags.c_contiguous or x.shape[:a] != lead or x.shape[a + 1:] != tail:
                 return generic(xp, *xs, axis=axis)
             total += x.shape[a]
-        out = xp.empty(lead + (total,) + tail, dt)
+        out = xp.ndarray(lead + (total,) + tail, dt)     # cupy.empty without its wrapper
         rows = 1
         for d in lead:
             rows *= d
@@ -96,7 +99,7 @@ def sum_gpu(generic: Any, axis_value: Any) -> Any:
                 x.dtype.kind == "f" and x.dtype.itemsize >= 4 and x.flags.c_contiguous and \
                 x.shape[1] >= 512 and x.shape[0] and RawLoop.available(xp):
             rows, cols = x.shape
-            y = xp.empty((cols,), x.dtype)
+            y = xp.ndarray((cols,), x.dtype)
             _COLSUM_RAW(xp, x.dtype, cols, (x, np.int64(rows), np.int64(cols), y))
             return y.reshape(1, cols) if keepdims else y
         return generic(xp, x, *dyn, axis=axis, keepdims=keepdims)
@@ -180,6 +183,9 @@ def _gemm_shape(xp, lib, a, b, transpose_a, transpose_b) -> tuple | None:
 
 def _gemm(xp, lib, a, b, out, transpose_a, transpose_b, m, n, k, dev, beta) -> None:
     sc = _scalars(a.dtype)
+    if lt_gemm(xp, a, b, out, transpose_a, transpose_b, m, n, k, dev, sc[2],
+               sc[2] if beta else sc[3]):
+        return
     h = _handle(xp, lib, dev)
     lib.setStream(h, xp.cuda.get_current_stream().ptr)
     (lib.sgemm if a.dtype.char == "f" else lib.dgemm)(
@@ -229,7 +235,7 @@ def matmul_gpu(generic: Any) -> Any:
         dims = _gemm_shape(xp, lib, a, b, transpose_a, transpose_b)
         if dims is None:
             return generic(xp, a, b, transpose_a=transpose_a, transpose_b=transpose_b)
-        out = xp.empty(dims[:2], a.dtype)
+        out = xp.ndarray(dims[:2], a.dtype)
         _gemm(xp, lib, a, b, out, transpose_a, transpose_b, *dims, beta=0)
         return out
     return matmul

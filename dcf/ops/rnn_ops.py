@@ -300,11 +300,13 @@ def _gates_gpu(xp, z, c, b=None, *, forget_bias):
         extra = (b if b.flags.c_contiguous else xp.ascontiguousarray(b),)
     if not z.flags.c_contiguous:
         z = xp.ascontiguousarray(z)
-    c_new = xp.empty(c.shape, c.dtype)
-    h_new = xp.empty(c.shape, c.dtype)
-    acts = xp.empty(z.shape, z.dtype)
+    raw = RawLoop.available(xp) and c.flags.c_contiguous
+    new = xp.ndarray if raw else xp.empty      # (cupy.empty without its wrapper)
+    c_new = new(c.shape, c.dtype)
+    h_new = new(c.shape, c.dtype)
+    acts = new(z.shape, z.dtype)
     fb = z.dtype.type(forget_bias)
-    if RawLoop.available(xp) and c.flags.c_contiguous:
+    if raw:
         _raw_kernel(which)(xp, z.dtype, c.size,
                            (z, c, fb, np.int64(u)) + extra + (c_new, h_new, acts))
     else:
@@ -372,8 +374,8 @@ def gates_grad_sum(xp: Any, c: Any, acts: Any, c_new: Any, dc: Any, dhs: tuple) 
         if ld is None:
             return None
         args += (a, np.int64(ld))
-    dz = xp.empty(acts.shape, dt)
-    dc_prev = xp.empty(shape, dt)
+    dz = xp.ndarray(acts.shape, dt)
+    dc_prev = xp.ndarray(shape, dt)
     _raw_kernel(f"bwd_s{len(dhs)}")(xp, dt, c.size, (c, acts, c_new, dc) + args +
                                      (np.int64(shape[1]), dz, dc_prev))
     return dz, dc_prev
