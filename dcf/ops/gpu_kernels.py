@@ -13,9 +13,7 @@ column `sum` 31-38 us, `cupy.split` (views only) 11 us. Here:
 - a split returns views made directly (a pointer into the input, its strides);
 - a 2-D matrix product of C-contiguous float32/float64 matrices is one cuBLAS GEMM
   call on the current stream (transposes as GEMM flags), into a new array: cupy's
-  `matmul` costs 14-22 us of host time per call there, more with transposed operands;
-  the GEMM goes through cuBLASLt with its algorithm chosen once per shape
-  (dcf/ops/cublaslt.py) where that library is found, else cuBLAS's `sgemm`/`dgemm`.
+  `matmul` costs 14-22 us of host time per call there, more with transposed operands.
 
 Each falls back to the generic body for anything else (other layouts, dtypes or
 axes, and the test stand-in for cupy, which has no `memcpy2DAsync`).
@@ -28,7 +26,6 @@ from typing import Any
 
 import numpy as np
 
-from dcf.ops.cublaslt import gemm as lt_gemm
 from dcf.ops.gpu_raw import RawLoop
 
 __all__ = ["concat_gpu", "sum_gpu", "split_gpu", "matmul_gpu", "gemm_accumulate",
@@ -183,9 +180,6 @@ def _gemm_shape(xp, lib, a, b, transpose_a, transpose_b) -> tuple | None:
 
 def _gemm(xp, lib, a, b, out, transpose_a, transpose_b, m, n, k, dev, beta) -> None:
     sc = _scalars(a.dtype)
-    if lt_gemm(xp, a, b, out, transpose_a, transpose_b, m, n, k, dev, sc[2],
-               sc[2] if beta else sc[3]):
-        return
     h = _handle(xp, lib, dev)
     lib.setStream(h, xp.cuda.get_current_stream().ptr)
     (lib.sgemm if a.dtype.char == "f" else lib.dgemm)(
