@@ -1,5 +1,5 @@
 """cProfile of one run: chain K=1024 pi=32 (2 GPUs), model_parallel 2 GPUs, LSTM dynamic and static
-b512 (`lstm`; `lstmN` for batch N): `python -m bench.probes.host_profile [chain] [mp] [lstm64] ...`."""
+b512 (`lstm`; `lstmN` for batch N; `mpN`: model_parallel at batch N): `python -m bench.probes.host_profile [chain] [mp] [lstm64] ...`."""
 import cProfile, pstats, io, sys, time, gc
 import numpy as np
 import cupy
@@ -25,10 +25,13 @@ if "chain" in which and cupy.cuda.runtime.getDeviceCount() >= 2:
     g, out, Ws, s0 = P.build(["/gpu:0", "/gpu:1"], 2, 1024, 200, 32)
     with dcf.Session(g) as sess:
         prof("chain K1024 pi32 200 it", lambda: sess.run(out))
-if "mp" in which and cupy.cuda.runtime.getDeviceCount() >= 2:
-    m = MultiLayerLSTM(["/gpu:0", "/gpu:1"], 8, 256, 1024, 1024, 32)
-    xv = cupy.asarray((np.random.default_rng(0).standard_normal((100, 256, 1024)) * 0.1).astype(np.float32))
-    prof("model_parallel 2 GPUs", lambda: m.step(xv))
+for arg in which:
+    if not arg.startswith("mp") or cupy.cuda.runtime.getDeviceCount() < 2:
+        continue
+    b = int(arg[2:] or 256)    # a small batch leaves the host's own time
+    m = MultiLayerLSTM(["/gpu:0", "/gpu:1"], 8, b, 1024, 1024, 32)
+    xv = cupy.asarray((np.random.default_rng(0).standard_normal((100, b, 1024)) * 0.1).astype(np.float32))
+    prof(f"model_parallel 2 GPUs b{b}", lambda: m.step(xv))
     m.close()
 for arg in which:
     if not arg.startswith("lstm"):

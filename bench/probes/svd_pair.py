@@ -1,0 +1,24 @@
+"""static_vs_dynamic's LSTM step on /gpu:0 at given batches, dynamic and static interleaved in one process:
+ms per step and the paired ratio: `python -m bench.probes.svd_pair LABEL 64,512`."""
+import sys, time, gc, statistics
+from bench.static_vs_dynamic_gpu import GpuLstm
+from bench.lstm_swap import _input
+from bench import gpu_common as G
+label = sys.argv[1]
+for b in [int(x) for x in sys.argv[2].split(",")]:
+    xv = _input(200, b, 512, False)
+    ms = {k: GpuLstm(k, 200, b, 512, 512) for k in ("dynamic", "static")}
+    for m in ms.values():
+        m.step(xv); m.step(xv)
+    G.sync_all(); gc.collect(); gc.disable()
+    t = {"dynamic": [], "static": []}
+    order = ["dynamic", "static", "static", "dynamic"] * 3
+    for k in order:
+        t0 = time.perf_counter(); ms[k].step(xv); t[k].append(1e3 * (time.perf_counter() - t0))
+    gc.enable()
+    pr = [d / s for d, s in zip(t["dynamic"], t["static"])]
+    print(f"{label} b{b}: dynamic {statistics.median(t['dynamic']):.2f} static {statistics.median(t['static']):.2f} ms; "
+          f"ratio of medians {statistics.median(t['dynamic'])/statistics.median(t['static']):.3f} paired median {statistics.median(pr):.3f} "
+          f"min d/s {min(t['dynamic']):.2f}/{min(t['static']):.2f}", flush=True)
+    for m in ms.values(): m.close()
+    del ms; G.release_device_memory()
