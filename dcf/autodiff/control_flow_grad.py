@@ -136,7 +136,11 @@ def _zeros_like_static(t: Tensor) -> Tensor:
 
 # ---------------------------------------------------------------------- while
 def while_grad(state: GradState, w: WhileContext, inputs: list[Tensor],
-               out_grads: list) -> tuple[list, dict]:
+               out_grads: list, need: list | None = None) -> tuple[list, dict]:
+    """The gradient loop of `w`. `need[k]`: whether a gradient is wanted for inputs[k]
+    (the loop's Enter inputs, then its constants' inputs); constants none is wanted for
+    are not differentiated (loop variables always are: their gradients flow on to the
+    others through the iterations)."""
     g = state.graph
     if not w.back_prop:
         raise ValueError(f"gradients: while_loop '{w.frame_name}' was built with "
@@ -144,7 +148,8 @@ def while_grad(state: GradState, w: WhileContext, inputs: list[Tensor],
     n_vars = len(w.enters)
     exits = [x.outputs[0] for x in w.exits]
     diff = [k for k in range(n_vars) if differentiable(exits[k])]
-    consts = [ce for ce in w.const_enters if differentiable(ce.outputs[0])]
+    consts = [ce for j, ce in enumerate(w.const_enters) if differentiable(ce.outputs[0])
+              and (need is None or need[n_vars + j])]
     targets = _targets_inside(state, w)
     if not diff and not targets:
         return [None] * len(inputs), {}

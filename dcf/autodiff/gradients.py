@@ -325,7 +325,18 @@ def vjp(state: GradState, ys: list[Tensor], xs: list[Tensor], grad_ys: list,
             for t, parts in grads.items():
                 if t not in outs and parts and units.of(t) is u:
                     internal[t] = sum_grads(parts)
-        in_grads, extra = _unit_grad(state, u, out_grads, internal)
+        need = None
+        if u.kind == "while":
+            # which of the loop's inputs a gradient is wanted for: an x, or one computed
+            # from an x; the loop's gradient accumulates no others (a loop constant such
+            # as an input TensorArray of data would get a gradient TensorArray written
+            # every iteration that nothing reads)
+            need = []
+            for t in u.inputs:
+                pu = units.of(t) if t not in xset else None
+                need.append(t not in stops and (t in xset or (pu is not None and
+                                                              id(pu) in between)))
+        in_grads, extra = _unit_grad(state, u, out_grads, internal, need)
         for t, gi in zip(u.inputs, in_grads):
             if gi is not None and t not in stops and differentiable(t):
                 grads.setdefault(t, []).append(gi)
@@ -355,7 +366,7 @@ def _has_inner_target(u: _Unit, state: GradState) -> bool:
 
 
 def _unit_grad(state: GradState, u: _Unit, out_grads: list,
-               internal: dict | None = None) -> tuple[list, dict]:
+               internal: dict | None = None, need: list | None = None) -> tuple[list, dict]:
     extra = (u.kind == "while" and any(t.op.ctx is u.obj for t in state.stack_grads)) or \
         bool(internal)
     if all(g is None for g in out_grads) and not extra:
@@ -371,7 +382,7 @@ def _unit_grad(state: GradState, u: _Unit, out_grads: list,
 
     if u.kind == "cond":
         return control_flow_grad.cond_grad(state, u.obj, u.inputs, out_grads, internal or {})
-    return control_flow_grad.while_grad(state, u.obj, u.inputs, out_grads)
+    return control_flow_grad.while_grad(state, u.obj, u.inputs, out_grads, need)
 
 
 def _op_grad(op: Operation, out_grads: list) -> list:
