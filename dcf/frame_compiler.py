@@ -150,6 +150,7 @@ class _Codegen:
         self.fuse_skip: set[int] = set()
         self.accum_root: dict[int, tuple] = {}  # loop accumulations updated in place
         self.gates_root: dict[int, tuple] = {}  # LSTM gates' gradients with their dh sum
+        self.split_root: dict[int, tuple] = {}  # splits of a product computing one part
         self.vguard: dict[tuple, tuple | None] = {}   # value -> guard (see analyze)
         self.nguard: dict[int, tuple | None] = {}     # node -> guard of its firing
         self.alias: dict[tuple, str] = {}             # value -> variable it shares
@@ -177,6 +178,12 @@ class _Codegen:
                                          skip | roots.keys()).items():
             self.gates_root[gg] = grp
             skip.add(grp[0].id)
+        from dcf.split_matmul_fusion import split_matmul_groups
+
+        taken = skip | roots.keys() | self.gates_root.keys()
+        for sp, grp in split_matmul_groups(f.nodes, gpu_of, self.inputs, taken).items():
+            self.split_root[sp] = grp
+            skip.add(grp[0].id)
         if f.parent is None:
             return
         from dcf.accumulate_fusion import accumulate_groups
@@ -184,7 +191,8 @@ class _Codegen:
         for add, grp in accumulate_groups(f.nodes, gpu_of, self.inputs).items():
             term = grp[0].id
             if add not in skip and add not in roots and term not in skip and \
-                    term not in roots and add not in self.gates_root:
+                    term not in roots and add not in self.gates_root and \
+                    add not in self.split_root and term not in self.split_root:
                 self.accum_root[add] = grp
                 skip.add(term)
 
@@ -205,7 +213,10 @@ class _Codegen:
         if acc is not None:
             return grp, acc, acc[2]
         gates = self.gates_root.get(n.id)
-        return grp, acc, gates[1] if gates is not None else self.inputs(n)
+        if gates is not None:
+            return grp, acc, gates[1]
+        split = self.split_root.get(n.id)
+        return grp, acc, split[1] if split is not None else self.inputs(n)
 
     def inputs(self, n: NodeInfo) -> list:
         return [None if i is None else (self.cf.info_of.get(id(i[0])), i[1])
@@ -797,6 +808,14 @@ class _Codegen:
 
             self.env[f"f{n.id}"] = FusedGatesGrad(self.cf.plan.gpu_of[n.id], n, gates[0])
             it = itv if n.frame.parent is not None else "None"     # the root has no counter
+            return f"f{n.id}({', '.join(args)}, {it})"
+        split = self.split_root.get(n.id)
+        if split is not None:   # the one part of a product that a split keeps
+            from dcf.split_matmul_fusion import FusedSplitMatMul
+
+            self.env[f"f{n.id}"] = FusedSplitMatMul(self.cf.plan.gpu_of[n.id], n, *split[:1],
+                                                    *split[2:])
+            it = itv if n.frame.parent is not None else "None"
             return f"f{n.id}({', '.join(args)}, {it})"
         if n.type == "Const" and not args:
             self.env[f"_C{n.id}"] = n.fn()  # hoisted: the value never changes
