@@ -55,20 +55,31 @@ def run_graph():
 
 
 @pytest.fixture
-def fused_accumulations(monkeypatch):
-    """The FusedAccumulates (dcf/accumulate_fusion.py) that ran in this test -- the
-    compiler may build a frame's code more than once -- to read how often each updated
-    its accumulator in place."""
+def instances_of(monkeypatch):
+    """instances_of(cls) -> a list that collects every instance of `cls` made during the
+    test (the frame compiler's fused callables: it may build a frame's code more than
+    once, so tests read what the instances did)."""
+    def spy_on(cls):
+        made: list = []
+        init = cls.__init__
+
+        def spy(self, *a, **kw):
+            init(self, *a, **kw)
+            made.append(self)
+
+        monkeypatch.setattr(cls, "__init__", spy)
+        return made
+
+    return spy_on
+
+
+@pytest.fixture
+def fused_accumulations(instances_of):
+    """The FusedAccumulates (dcf/accumulate_fusion.py) that updated an accumulator in
+    place in this test, to read how often each did."""
     from dcf import accumulate_fusion
 
-    made: list = []
-    init = accumulate_fusion.FusedAccumulate.__init__
-
-    def spy(self, *a, **kw):
-        init(self, *a, **kw)
-        made.append(self)
-
-    monkeypatch.setattr(accumulate_fusion.FusedAccumulate, "__init__", spy)
+    made = instances_of(accumulate_fusion.FusedAccumulate)
 
     class Ran(list):
         def __iter__(self):

@@ -15,24 +15,20 @@ from dcf.ops.registry import apply
 
 
 @pytest.fixture
-def fused_gates(monkeypatch):
+def fused_gates(instances_of, monkeypatch):
     """The FusedGatesGrads the compiler built in this test, and the calls they took."""
     from dcf import gates_grad_fusion
 
-    made: list = []
+    cls = gates_grad_fusion.FusedGatesGrad
+    made = instances_of(cls)
     calls = [0]
-    init, call = gates_grad_fusion.FusedGatesGrad.__init__, gates_grad_fusion.FusedGatesGrad.__call__
-
-    def spy_init(self, *a, **kw):
-        init(self, *a, **kw)
-        made.append(self)
+    call = cls.__call__
 
     def spy_call(self, *a, **kw):
         calls[0] += 1
         return call(self, *a, **kw)
 
-    monkeypatch.setattr(gates_grad_fusion.FusedGatesGrad, "__init__", spy_init)
-    monkeypatch.setattr(gates_grad_fusion.FusedGatesGrad, "__call__", spy_call)
+    monkeypatch.setattr(cls, "__call__", spy_call)
     return made, calls
 
 

@@ -12,18 +12,10 @@ import dcf
 
 
 @pytest.fixture
-def fused_splits(monkeypatch):
+def fused_splits(instances_of):
     from dcf import split_matmul_fusion
 
-    made: list = []
-    init = split_matmul_fusion.FusedSplitMatMul.__init__
-
-    def spy(self, *a, **kw):
-        init(self, *a, **kw)
-        made.append(self)
-
-    monkeypatch.setattr(split_matmul_fusion.FusedSplitMatMul, "__init__", spy)
-    return made
+    return instances_of(split_matmul_fusion.FusedSplitMatMul)
 
 
 def _lstm_grads(dev, xv, with_x):

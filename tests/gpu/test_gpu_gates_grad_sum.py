@@ -75,17 +75,10 @@ def test_what_the_kernel_declines(cp):
     assert rnn_ops.gates_grad_sum(cp, c, acts, c_new, dc, (a, b, b)) is None   # three parts
 
 
-def test_stacked_lstm_gradients_on_the_gpu_equal_the_cpu(cp, monkeypatch):
+def test_stacked_lstm_gradients_on_the_gpu_equal_the_cpu(cp, instances_of):
     from dcf import gates_grad_fusion
 
-    made: list = []
-    init = gates_grad_fusion.FusedGatesGrad.__init__
-
-    def spy(self, *a, **kw):
-        init(self, *a, **kw)
-        made.append(self)
-
-    monkeypatch.setattr(gates_grad_fusion.FusedGatesGrad, "__init__", spy)
+    made = instances_of(gates_grad_fusion.FusedGatesGrad)
     rng = np.random.default_rng(5)
     xv = (rng.standard_normal((12, 64, 96)) * 0.5).astype(np.float32)
 

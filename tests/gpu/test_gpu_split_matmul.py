@@ -31,17 +31,10 @@ def test_a_row_block_product_equals_the_whole_products_columns():
                                atol=1e-3)
 
 
-def test_an_lstm_on_the_gpu_skips_its_inputs_part_and_equals_the_cpu(monkeypatch):
+def test_an_lstm_on_the_gpu_skips_its_inputs_part_and_equals_the_cpu(instances_of):
     from dcf import split_matmul_fusion
 
-    made: list = []
-    init = split_matmul_fusion.FusedSplitMatMul.__init__
-
-    def spy(self, *a, **kw):
-        init(self, *a, **kw)
-        made.append(self)
-
-    monkeypatch.setattr(split_matmul_fusion.FusedSplitMatMul, "__init__", spy)
+    made = instances_of(split_matmul_fusion.FusedSplitMatMul)
     rng = np.random.default_rng(1)
     xv = (rng.standard_normal((10, 64, 96)) * 0.5).astype(np.float32)
 
