@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from dcf.errors import op_error
+from dcf.ops.gpu_raw import c_contiguous
 from dcf.ops.registry import Kind
 
 __all__ = ["split_matmul_groups", "FusedSplitMatMul"]
@@ -93,7 +94,7 @@ class FusedSplitMatMul:
     def __call__(self, g: Any, w: Any, it: Any) -> Any:
         nd = self.cp.ndarray
         if type(w) is nd and type(g) is nd and w.ndim == 2 and g.ndim == 2 and \
-                w.flags.c_contiguous and self.r1 <= w.shape[0] and g.shape[1] == w.shape[1]:
+                c_contiguous(w) and self.r1 <= w.shape[0] and g.shape[1] == w.shape[1]:
             part = self._product(g, w[self.r0:self.r1], it)
             self.narrowed += 1
             out: list = [None] * self.n_out

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from dcf.ops.gpu_raw import RawLoop
+from dcf.ops.gpu_raw import RawLoop, c_contiguous
 
 __all__ = ["RawElementwise", "raw_gpu", "add_n_gpu", "SINGLE"]
 
@@ -71,7 +71,7 @@ class RawElementwise:
             shape, dt = a0.shape, a0.dtype
             for a in args:
                 if type(a) is not nd or a.shape != shape or a.dtype != dt or \
-                        not a.flags.c_contiguous:
+                        not c_contiguous(a):
                     break
             else:
                 k = self._same.get(dt.char)
@@ -107,7 +107,7 @@ class RawElementwise:
         nout = len(out_shape)
         for a in args:
             if type(a) is nd:
-                if not a.flags.c_contiguous:
+                if not c_contiguous(a):
                     if a.shape != out_shape or a.ndim != 2 or a.strides[1] != a.itemsize \
                             or a.strides[0] % a.itemsize or \
                             a.strides[0] // a.itemsize <= a.shape[1]:

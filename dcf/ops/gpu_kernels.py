@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from dcf.ops.gpu_raw import RawLoop
+from dcf.ops.gpu_raw import RawLoop, c_contiguous
 
 __all__ = ["concat_gpu", "sum_gpu", "split_gpu", "matmul_gpu", "gemm_accumulate",
            "colsum_accumulate"]
@@ -50,7 +50,7 @@ def concat_gpu(generic: Any) -> Any:
         total = 0
         for x in xs:
             if type(x) is not nd or x.dtype != dt or x.ndim != r or \
-                    not x.flags.c_contiguous or x.shape[:a] != lead or x.shape[a + 1:] != tail:
+                    not c_contiguous(x) or x.shape[:a] != lead or x.shape[a + 1:] != tail:
                 return generic(xp, *xs, axis=axis)
             total += x.shape[a]
         out = xp.ndarray(lead + (total,) + tail, dt)     # cupy.empty without its wrapper
@@ -93,7 +93,7 @@ def sum_gpu(generic: Any, axis_value: Any) -> Any:
         if isinstance(ax, (tuple, list)) and len(ax) == 1:
             ax = ax[0]
         if (ax == 0 or ax == -2) and type(x) is xp.ndarray and x.ndim == 2 and \
-                x.dtype.kind == "f" and x.dtype.itemsize >= 4 and x.flags.c_contiguous and \
+                x.dtype.kind == "f" and x.dtype.itemsize >= 4 and c_contiguous(x) and \
                 x.shape[1] >= 512 and x.shape[0] and RawLoop.available(xp):
             rows, cols = x.shape
             y = xp.ndarray((cols,), x.dtype)
@@ -168,7 +168,7 @@ def _gemm_shape(xp, lib, a, b, transpose_a, transpose_b) -> tuple | None:
     nd = xp.ndarray
     if lib is None or type(a) is not nd or type(b) is not nd or a.ndim != 2 or \
             b.ndim != 2 or a.dtype != b.dtype or a.dtype.char not in "fd" or \
-            not a.flags.c_contiguous or not b.flags.c_contiguous:
+            not c_contiguous(a) or not c_contiguous(b):
         return None
     m, k = (a.shape[1], a.shape[0]) if transpose_a else a.shape
     kb, n = (b.shape[1], b.shape[0]) if transpose_b else b.shape
@@ -195,7 +195,7 @@ def gemm_accumulate(xp, acc, a, b, transpose_a: bool, transpose_b: bool) -> bool
     lib = _cublas(xp)
     dims = _gemm_shape(xp, lib, a, b, transpose_a, transpose_b)
     if dims is None or type(acc) is not xp.ndarray or acc.dtype != a.dtype or \
-            acc.shape != dims[:2] or not acc.flags.c_contiguous or \
+            acc.shape != dims[:2] or not c_contiguous(acc) or \
             acc.data.device_id != dims[3] or acc.data.ptr in (a.data.ptr, b.data.ptr):
         return False
     _gemm(xp, lib, a, b, acc, transpose_a, transpose_b, *dims, beta=1)
@@ -207,10 +207,10 @@ def colsum_accumulate(xp, acc, x) -> bool:
     adds each column's sum (in sum_gpu's order and precision) to acc: the same bits as
     the Sum then the Add. False (nothing done) where sum_gpu would not take x."""
     if type(x) is not xp.ndarray or x.ndim != 2 or x.dtype.kind != "f" or \
-            x.dtype.itemsize < 4 or not x.flags.c_contiguous or x.shape[1] < 512 or \
+            x.dtype.itemsize < 4 or not c_contiguous(x) or x.shape[1] < 512 or \
             not x.shape[0] or not RawLoop.available(xp) or \
             type(acc) is not xp.ndarray or acc.shape != (x.shape[1],) or \
-            acc.dtype != x.dtype or not acc.flags.c_contiguous or \
+            acc.dtype != x.dtype or not c_contiguous(acc) or \
             acc.data.device_id != x.data.device_id or acc.data.ptr == x.data.ptr:
         return False
     _COLSUM_ACC_RAW(xp, x.dtype, x.shape[1], (x, np.int64(x.shape[0]), np.int64(x.shape[1]),

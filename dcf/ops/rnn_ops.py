@@ -25,7 +25,7 @@ import numpy as np
 
 from dcf.errors import InvalidArgumentError
 from dcf.graph import Tensor, TensorType
-from dcf.ops.gpu_raw import RawLoop
+from dcf.ops.gpu_raw import RawLoop, c_contiguous
 from dcf.ops.registry import OpDef, RegisterGradient, apply, register
 
 __all__: list[str] = []
@@ -297,10 +297,10 @@ def _gates_gpu(xp, z, c, b=None, *, forget_bias):
             which = "fwd_full"
         else:
             return _gates(xp, z, c, b, forget_bias=forget_bias)
-        extra = (b if b.flags.c_contiguous else xp.ascontiguousarray(b),)
-    if not z.flags.c_contiguous:
+        extra = (b if c_contiguous(b) else xp.ascontiguousarray(b),)
+    if not c_contiguous(z):
         z = xp.ascontiguousarray(z)
-    raw = RawLoop.available(xp) and c.flags.c_contiguous
+    raw = RawLoop.available(xp) and c_contiguous(c)
     new = xp.ndarray if raw else xp.empty      # (cupy.empty without its wrapper)
     c_new = new(c.shape, c.dtype)
     h_new = new(c.shape, c.dtype)
@@ -318,9 +318,9 @@ def _gates_grad_gpu(xp, c, acts, c_new, dc, dh):
     if not _fusable(xp, c, acts, c_new) or getattr(dc, "ndim", 0) != 2 or \
             getattr(dh, "ndim", 0) != 2:
         return _gates_grad(xp, c, acts, c_new, dc, dh)
-    if not acts.flags.c_contiguous:
+    if not c_contiguous(acts):
         acts = xp.ascontiguousarray(acts)
-    if type(dh) is xp.ndarray and not dh.flags.c_contiguous:
+    if type(dh) is xp.ndarray and not c_contiguous(dh):
         got = gates_grad_sum(xp, c, acts, c_new, dc, (dh,))  # a column block: read in place
         if got is not None:
             return got
@@ -329,7 +329,7 @@ def _gates_grad_gpu(xp, c, acts, c_new, dc, dh):
     nd, shape, dt = xp.ndarray, c.shape, c.dtype
     if RawLoop.available(xp) and acts.dtype == dt and acts.shape == (shape[0], 4 * shape[1]) \
             and all(type(a) is nd and a.shape == shape and a.dtype == dt and
-                    a.flags.c_contiguous for a in (c, c_new, dc, dh)):
+                    c_contiguous(a) for a in (c, c_new, dc, dh)):
         _raw_kernel("bwd")(xp, dt, c.size, (c, acts, c_new, dc, dh, np.int64(shape[1]), dz,
                                             dc_prev))
     else:
@@ -346,7 +346,7 @@ def _row_stride(a: Any, shape: tuple, dt: Any, nd: Any) -> int | None:
     s0, s1 = a.strides
     size = dt.itemsize
     if shape[0] > 1 and (s1 != size or s0 < shape[1] * size or s0 % size) or \
-            shape[0] <= 1 and not a.flags.c_contiguous:
+            shape[0] <= 1 and not c_contiguous(a):
         return None
     return s0 // size if shape[0] > 1 else shape[1]
 
@@ -363,10 +363,10 @@ def gates_grad_sum(xp: Any, c: Any, acts: Any, c_new: Any, dc: Any, dhs: tuple) 
         return None
     shape, dt = c.shape, c.dtype
     if type(acts) is not nd or acts.dtype != dt or acts.shape != (shape[0], 4 * shape[1]) or \
-            not acts.flags.c_contiguous:
+            not c_contiguous(acts):
         return None
     for a in (c, c_new, dc):
-        if type(a) is not nd or a.shape != shape or a.dtype != dt or not a.flags.c_contiguous:
+        if type(a) is not nd or a.shape != shape or a.dtype != dt or not c_contiguous(a):
             return None
     args: tuple = ()
     for a in dhs:

@@ -1,0 +1,66 @@
+"""Where each GPU's time goes in model_parallel's 2-GPU step: an event on each GPU's compute
+stream at every loop iteration (the frame compiler's in-flight marks, made every iteration
+and timed), so that the GPU time between consecutive marks is that GPU's time per
+iteration, gaps included; the host's clock at each mark shows how far ahead it was.
+Prints, per loop (forward, backward) and GPU: the loop's span on the GPU, the median and
+sum of per-iteration times, and the host's lead. `python -m bench.probes.mp_gpu_timeline`."""
+import statistics, time, gc
+import numpy as np
+import cupy
+from dcf import frame_compiler as FC
+from bench.model_parallel import MultiLayerLSTM
+from dcf.actors import gpu as G
+
+FC.MARKS_PER_WINDOW = 1 << 30          # stride 1: a mark every iteration (the bound stays pi)
+log: list = []
+
+
+def timed_marker(gpus):
+    key = object()          # one per loop (frame) the compiler builds a marker for
+
+    def mark():
+        evs = []
+        t = time.perf_counter()
+        for g in gpus:
+            g.activate()
+            ev = cupy.cuda.Event(disable_timing=False)
+            ev.record(g.compute)
+            evs.append(ev)
+            log.append((key, g.index, t, ev))
+        return evs
+    return mark
+
+
+FC._marker = timed_marker
+xv = cupy.asarray((np.random.default_rng(0).standard_normal((100, 256, 1024)) * 0.1).astype(np.float32))
+for ndev in (1, 2):
+    m = MultiLayerLSTM([f"/gpu:{k}" for k in range(ndev)], 8, 256, 1024, 1024, 32)
+    G.GpuDevice.get(0).activate()
+    m.step(xv); m.step(xv)
+    for d in range(ndev):
+        cupy.cuda.Device(d).synchronize()
+    log.clear(); gc.disable()
+    t0 = time.perf_counter(); m.step(xv); wall = time.perf_counter() - t0
+    gc.enable()
+    for d in range(ndev):
+        cupy.cuda.Device(d).synchronize()
+    loops: dict = {}
+    for key, gi, t, ev in log:
+        loops.setdefault(key, {}).setdefault(gi, []).append((t, ev))
+    print(f"devices={ndev}: step {wall * 1e3:.1f} ms, {len(loops)} loops", flush=True)
+    first = None
+    for li, (key, per) in enumerate(loops.items()):
+        for gi, marks in sorted(per.items()):
+            evs = [e for _, e in marks]
+            ts = [t for t, _ in marks]
+            with cupy.cuda.Device(gi):
+                dts = [cupy.cuda.get_elapsed_time(a, b) for a, b in zip(evs, evs[1:])]
+                if first is None:
+                    first = (gi, evs[0], ts[0])
+            span = sum(dts)
+            host_span = (ts[-1] - ts[0]) * 1e3
+            print(f"  loop {li} gpu {gi}: {len(marks)} marks, GPU span {span:.1f} ms "
+                  f"(per iteration median {statistics.median(dts):.3f}, min {min(dts):.3f}, "
+                  f"max {max(dts):.3f} ms); host span {host_span:.1f} ms", flush=True)
+    m.close(); del m
+    cupy.get_default_memory_pool().free_all_blocks()
