@@ -68,7 +68,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # dcf files on this benchmark's hot path (their hashes go into the JSON's config)
 HOT_PATH_FILES = ("frame_compiler.py", "session.py", "plan.py", "resources.py",
                   "ops/state_ops.py", "ops/math_ops.py", "ops/array_ops.py", "ops/data_ops.py",
-                  "ops/random_ops.py", "ops/nn_ops.py", "elementwise_fusion.py", "train.py")
+                  "ops/random_ops.py", "ops/nn_ops.py", "fusion/elementwise.py", "train.py")
 
 
 def load_example() -> Any:

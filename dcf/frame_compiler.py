@@ -164,21 +164,21 @@ class _Codegen:
         gpu_of = self.cf.plan.gpu_of
         if not gpu_of:
             return
-        from dcf.elementwise_fusion import fusion_groups
+        from dcf.fusion.elementwise import fusion_groups
 
         for root, grp in fusion_groups(f.nodes, gpu_of, self.inputs).items():
             if not hasattr(gpu_of[root].cp, "ElementwiseKernel"):
                 continue
             self.fuse_root[root] = grp
             self.fuse_skip.update(n.id for n in grp[0])
-        from dcf.gates_grad_fusion import gates_grad_groups
+        from dcf.fusion.gates_grad import gates_grad_groups
 
         skip, roots = self.fuse_skip, self.fuse_root
         for gg, grp in gates_grad_groups(f.nodes, gpu_of, self.inputs,
                                          skip | roots.keys()).items():
             self.gates_root[gg] = grp
             skip.add(grp[0].id)
-        from dcf.split_matmul_fusion import split_matmul_groups
+        from dcf.fusion.split_matmul import split_matmul_groups
 
         taken = skip | roots.keys() | self.gates_root.keys()
         for sp, grp in split_matmul_groups(f.nodes, gpu_of, self.inputs, taken).items():
@@ -186,7 +186,7 @@ class _Codegen:
             skip.add(grp[0].id)
         if f.parent is None:
             return
-        from dcf.accumulate_fusion import accumulate_groups
+        from dcf.fusion.accumulate import accumulate_groups
 
         for add, grp in accumulate_groups(f.nodes, gpu_of, self.inputs).items():
             term = grp[0].id
@@ -797,21 +797,21 @@ class _Codegen:
 
     def call(self, n: NodeInfo, grp: Any, args: list, acc: Any = None, itv: str = "") -> str:
         if acc is not None:     # acc + term, in place after the first iteration
-            from dcf.accumulate_fusion import FusedAccumulate
+            from dcf.fusion.accumulate import FusedAccumulate
 
             self.env[f"f{n.id}"] = FusedAccumulate(self.cf.plan.gpu_of[n.id], n, acc[0],
                                                    acc[1], acc[3])
             return f"f{n.id}({', '.join(args)}, {itv})"
         gates = self.gates_root.get(n.id)
         if gates is not None:   # the gates' gradient reading dh = a + b in its kernel
-            from dcf.gates_grad_fusion import FusedGatesGrad
+            from dcf.fusion.gates_grad import FusedGatesGrad
 
             self.env[f"f{n.id}"] = FusedGatesGrad(self.cf.plan.gpu_of[n.id], n, gates[0])
             it = itv if n.frame.parent is not None else "None"     # the root has no counter
             return f"f{n.id}({', '.join(args)}, {it})"
         split = self.split_root.get(n.id)
         if split is not None:   # the one part of a product that a split keeps
-            from dcf.split_matmul_fusion import FusedSplitMatMul
+            from dcf.fusion.split_matmul import FusedSplitMatMul
 
             self.env[f"f{n.id}"] = FusedSplitMatMul(self.cf.plan.gpu_of[n.id], n, *split[:1],
                                                     *split[2:])
@@ -836,7 +836,7 @@ class _Codegen:
             test = " and ".join(f"type({a}) in _HS" for a in args)
             return f"({_INLINE[n.type].format(*args)} if {test} else f{n.id}({', '.join(args)}))"
         if grp is not None:
-            from dcf.elementwise_fusion import FusedElementwise
+            from dcf.fusion.elementwise import FusedElementwise
 
             self.env[f"f{n.id}"] = FusedElementwise(self.cf.plan.gpu_of[n.id], grp[2],
                                                     len(grp[1]), grp[3])

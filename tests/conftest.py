@@ -75,9 +75,9 @@ def instances_of(monkeypatch):
 
 @pytest.fixture
 def fused_accumulations(instances_of):
-    """The FusedAccumulates (dcf/accumulate_fusion.py) that updated an accumulator in
+    """The FusedAccumulates (dcf/fusion/accumulate.py) that updated an accumulator in
     place in this test, to read how often each did."""
-    from dcf import accumulate_fusion
+    from dcf.fusion import accumulate as accumulate_fusion
 
     made = instances_of(accumulate_fusion.FusedAccumulate)
 

@@ -6,7 +6,8 @@ import os, collections
 os.environ["DCF_FAKE_GPUS"] = "2"
 import numpy as np
 from dcf.actors import gpu as G
-from dcf import gates_grad_fusion, accumulate_fusion, split_matmul_fusion
+from dcf.fusion import accumulate as accumulate_fusion, gates_grad as gates_grad_fusion, \
+    split_matmul as split_matmul_fusion
 
 cnt = collections.Counter()
 orig = G._kernel_fn

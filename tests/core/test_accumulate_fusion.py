@@ -1,5 +1,5 @@
 """A loop's accumulation acc + MatMul / acc + Sum(axis 0) on a GPU runs as one call that
-updates the accumulator in place after the first iteration (dcf/accumulate_fusion.py).
+updates the accumulator in place after the first iteration (dcf/fusion/accumulate.py).
 GPUs here are the cupy stand-in, so the in-place path is the term's own kernel and an
 in-place add; tests/gpu checks the cuBLAS and column-sum kernels on a real GPU."""
 

@@ -1,6 +1,6 @@
 """Devices of one process run as one compiled program (dcf/fused.py): transfers at
 device edges, parallel_iterations bounding the GPU work in flight, and elementwise
-GPU chains fused into one kernel (dcf/elementwise_fusion.py). GPUs here are the cupy
+GPU chains fused into one kernel (dcf/fusion/elementwise.py). GPUs here are the cupy
 stand-in (dcf/actors/_fake_cuda.py), so this runs in CI; tests/gpu runs the same
 paths on real GPUs."""
 

@@ -1,6 +1,6 @@
 """The sum that makes an LSTM layer's output gradient (an AddN of the recurrent part and
 the part from above) runs inside the layer's LSTMGatesGrad call on a GPU
-(dcf/gates_grad_fusion.py). GPUs here are the cupy stand-in, which has no raw kernels,
+(dcf/fusion/gates_grad.py). GPUs here are the cupy stand-in, which has no raw kernels,
 so the fused call takes its op-by-op path: these tests check what the compiler fuses,
 what it leaves alone, the values against the CPU and float64 numpy, and errors;
 tests/gpu checks the one kernel on a real GPU."""
@@ -17,7 +17,7 @@ from dcf.ops.registry import apply
 @pytest.fixture
 def fused_gates(instances_of, monkeypatch):
     """The FusedGatesGrads the compiler built in this test, and the calls they took."""
-    from dcf import gates_grad_fusion
+    from dcf.fusion import gates_grad as gates_grad_fusion
 
     cls = gates_grad_fusion.FusedGatesGrad
     made = instances_of(cls)

@@ -1,5 +1,5 @@
 """A split of `g @ W^T` of which one part is read runs as one GEMM on that part's rows of
-W on a GPU (dcf/split_matmul_fusion.py): the LSTM's first layer, whose input needs no
+W on a GPU (dcf/fusion/split_matmul.py): the LSTM's first layer, whose input needs no
 gradient. GPUs here are the cupy stand-in (the narrow product runs through its MatMul);
 tests/gpu/test_gpu_split_matmul.py runs it on a GPU."""
 
@@ -13,7 +13,7 @@ import dcf
 
 @pytest.fixture
 def fused_splits(instances_of):
-    from dcf import split_matmul_fusion
+    from dcf.fusion import split_matmul as split_matmul_fusion
 
     return instances_of(split_matmul_fusion.FusedSplitMatMul)
 

@@ -1,5 +1,5 @@
 """The in-place accumulation kernels of a loop's gradient sums (dcf/ops/gpu_kernels.py,
-dcf/accumulate_fusion.py) on a GPU: acc += op(a) @ op(b) as one GEMM with beta = 1, and
+dcf/fusion/accumulate.py) on a GPU: acc += op(a) @ op(b) as one GEMM with beta = 1, and
 acc += x.sum(0) as one column-sum kernel with the same bits as the Sum then the Add.
 Under DCF_FAKE_GPUS (no cuBLAS, no ElementwiseKernel) they decline and change nothing."""
 

@@ -1,5 +1,5 @@
 """LSTMGatesGrad reading dh in place -- one row-strided matrix (a SplitV column block) or
-the sum of two (dcf/gates_grad_fusion.py) -- as one raw kernel on a GPU: the same bits
+the sum of two (dcf/fusion/gates_grad.py) -- as one raw kernel on a GPU: the same bits
 as the AddN then the gates' kernel, and stacked LSTM gradients equal to the CPU's.
 Under DCF_FAKE_GPUS (no RawKernel) the kernel declines and the ops run one by one."""
 
@@ -76,7 +76,7 @@ def test_what_the_kernel_declines(cp):
 
 
 def test_stacked_lstm_gradients_on_the_gpu_equal_the_cpu(cp, instances_of):
-    from dcf import gates_grad_fusion
+    from dcf.fusion import gates_grad as gates_grad_fusion
 
     made = instances_of(gates_grad_fusion.FusedGatesGrad)
     rng = np.random.default_rng(5)

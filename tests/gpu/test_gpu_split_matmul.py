@@ -1,4 +1,4 @@
-"""The narrowed product of dcf/split_matmul_fusion.py on a GPU: one GEMM on a block of W's
+"""The narrowed product of dcf/fusion/split_matmul.py on a GPU: one GEMM on a block of W's
 rows gives the columns of the whole product (to rounding), and an LSTM whose input needs
 no gradient trains to the CPU's gradients with its first layer's input part never
 computed. Under DCF_FAKE_GPUS the same runs through the stand-in's MatMul."""
@@ -32,7 +32,7 @@ def test_a_row_block_product_equals_the_whole_products_columns():
 
 
 def test_an_lstm_on_the_gpu_skips_its_inputs_part_and_equals_the_cpu(instances_of):
-    from dcf import split_matmul_fusion
+    from dcf.fusion import split_matmul as split_matmul_fusion
 
     made = instances_of(split_matmul_fusion.FusedSplitMatMul)
     rng = np.random.default_rng(1)
