@@ -813,8 +813,9 @@ class _Codegen:
         if split is not None:   # the one part of a product that a split keeps
             from dcf.fusion.split_matmul import FusedSplitMatMul
 
-            self.env[f"f{n.id}"] = FusedSplitMatMul(self.cf.plan.gpu_of[n.id], n, *split[:1],
-                                                    *split[2:])
+            matmul, _, used, r0, r1 = split
+            self.env[f"f{n.id}"] = FusedSplitMatMul(self.cf.plan.gpu_of[n.id], n, matmul, used,
+                                                    r0, r1)
             it = itv if n.frame.parent is not None else "None"
             return f"f{n.id}({', '.join(args)}, {it})"
         if n.type == "Const" and not args:
