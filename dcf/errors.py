@@ -70,3 +70,12 @@ def op_error(op: Any, frame: str | None, iteration: int | None, cause: BaseExcep
     err = cls(msg)
     err._dcf_located = True  # type: ignore[attr-defined]
     return err
+
+
+def node_error(node: Any, iteration: Any, cause: BaseException) -> DcfError:
+    """op_error for a node of an execution plan (a NodeInfo: its op, and its frame and
+    iteration inside a loop; the root frame has neither)."""
+    in_loop = node.frame.parent is not None
+    return op_error(node.op if node.op is not None else node,
+                    node.frame.name if in_loop else None, iteration if in_loop else None,
+                    cause)

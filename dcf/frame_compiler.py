@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from dcf.dtypes import NUMPY_SCALARS
-from dcf.errors import InvalidArgumentError, op_error
+from dcf.errors import InvalidArgumentError, node_error
 from dcf.ops.registry import Kind
 from dcf.plan import ExecPlan, FrameInfo, NodeInfo
 from dcf.token import DEAD
@@ -148,9 +148,10 @@ class _Codegen:
         self.node_dead: dict[int, str | None] = {}
         self.fuse_root: dict[int, tuple] = {}   # elementwise GPU trees (one kernel each)
         self.fuse_skip: set[int] = set()
-        self.accum_root: dict[int, tuple] = {}  # loop accumulations updated in place
-        self.gates_root: dict[int, tuple] = {}  # LSTM gates' gradients with their dh sum
-        self.split_root: dict[int, tuple] = {}  # splits of a product computing one part
+        # node id -> (leaves, make(gpu, node) -> the callable): nodes that run as one call
+        # with the ops they absorb (dcf/fusion/: accumulations in place, the gates'
+        # gradient with its dh sum, the read part of a split product)
+        self.fused_call: dict[int, tuple[list, Any]] = {}
         self.vguard: dict[tuple, tuple | None] = {}   # value -> guard (see analyze)
         self.nguard: dict[int, tuple | None] = {}     # node -> guard of its firing
         self.alias: dict[tuple, str] = {}             # value -> variable it shares
@@ -171,30 +172,35 @@ class _Codegen:
                 continue
             self.fuse_root[root] = grp
             self.fuse_skip.update(n.id for n in grp[0])
-        from dcf.fusion.gates_grad import gates_grad_groups
+        from dcf.fusion.gates_grad import FusedGatesGrad, gates_grad_groups
+        from dcf.fusion.split_matmul import FusedSplitMatMul, split_matmul_groups
 
-        skip, roots = self.fuse_skip, self.fuse_root
-        for gg, grp in gates_grad_groups(f.nodes, gpu_of, self.inputs,
-                                         skip | roots.keys()).items():
-            self.gates_root[gg] = grp
-            skip.add(grp[0].id)
-        from dcf.fusion.split_matmul import split_matmul_groups
-
-        taken = skip | roots.keys() | self.gates_root.keys()
-        for sp, grp in split_matmul_groups(f.nodes, gpu_of, self.inputs, taken).items():
-            self.split_root[sp] = grp
-            skip.add(grp[0].id)
+        for gg, (total, leaves) in gates_grad_groups(f.nodes, gpu_of, self.inputs,
+                                                     self.taken()).items():
+            self.fuse_call(gg, total, leaves,
+                           lambda gpu, n, total=total: FusedGatesGrad(gpu, n, total))
+        for sp, (mm, leaves, used, r0, r1) in split_matmul_groups(
+                f.nodes, gpu_of, self.inputs, self.taken()).items():
+            self.fuse_call(sp, mm, leaves, lambda gpu, n, mm=mm, used=used, r0=r0, r1=r1:
+                           FusedSplitMatMul(gpu, n, mm, used, r0, r1))
         if f.parent is None:
             return
-        from dcf.fusion.accumulate import accumulate_groups
+        from dcf.fusion.accumulate import FusedAccumulate, accumulate_groups
 
-        for add, grp in accumulate_groups(f.nodes, gpu_of, self.inputs).items():
-            term = grp[0].id
-            if add not in skip and add not in roots and term not in skip and \
-                    term not in roots and add not in self.gates_root and \
-                    add not in self.split_root and term not in self.split_root:
-                self.accum_root[add] = grp
-                skip.add(term)
+        taken = self.taken()
+        for add, (term, kind, leaves, pos) in accumulate_groups(f.nodes, gpu_of,
+                                                                self.inputs).items():
+            if add not in taken and term.id not in taken:
+                self.fuse_call(add, term, leaves, lambda gpu, n, term=term, kind=kind,
+                               pos=pos: FusedAccumulate(gpu, n, term, kind, pos))
+
+    def taken(self) -> set:
+        """Ids of the nodes already fused into another call, or fused calls themselves."""
+        return self.fuse_skip | self.fuse_root.keys() | self.fused_call.keys()
+
+    def fuse_call(self, root: int, absorbed: NodeInfo, leaves: list, make: Any) -> None:
+        self.fused_call[root] = (leaves, make)
+        self.fuse_skip.add(absorbed.id)
 
     # ---------------------------------------------------------------- emit
     def emit(self, depth: int, text: str, node: NodeInfo | None = None,
@@ -204,19 +210,13 @@ class _Codegen:
             self.line_node[len(self.lines)] = (node, frame_var or "")
 
     def fused_inputs(self, n: NodeInfo) -> tuple:
-        """(elementwise group, accumulation, inputs) of `n`: a fused node reads its
-        group's leaves, the others their own inputs."""
+        """(elementwise group, fused call, inputs) of `n`: a fused node reads its
+        group's or call's leaves, the others their own inputs."""
         grp = self.fuse_root.get(n.id)
-        acc = self.accum_root.get(n.id)
+        fc = self.fused_call.get(n.id)
         if grp is not None:
-            return grp, acc, grp[1]
-        if acc is not None:
-            return grp, acc, acc[2]
-        gates = self.gates_root.get(n.id)
-        if gates is not None:
-            return grp, acc, gates[1]
-        split = self.split_root.get(n.id)
-        return grp, acc, split[1] if split is not None else self.inputs(n)
+            return grp, fc, grp[1]
+        return grp, fc, fc[0] if fc is not None else self.inputs(n)
 
     def inputs(self, n: NodeInfo) -> list:
         return [None if i is None else (self.cf.info_of.get(id(i[0])), i[1])
@@ -755,7 +755,7 @@ class _Codegen:
     def known_kernel(self, n: NodeInfo, e: int, itv: str) -> None:
         if (n.id, 0) in self.alias:
             return              # an Identity: its readers read its input
-        grp, acc, ins = self.fused_inputs(n)
+        grp, fc, ins = self.fused_inputs(n)
         args = [self.kval(src, k) for src, k in ins]
         outs = [f"v{n.id}_{k}" for k in range(n.n_out)]
         if n.type == "_ToHost":
@@ -765,7 +765,7 @@ class _Codegen:
             self.emit(e + 1, "while not _ev.done: yield _ev")
             self.emit(e + 1, f"if not {outs[0]}.ndim: {outs[0]} = {outs[0]}[()]")
             return
-        call = self.call(n, grp, args, acc, itv)
+        call = self.call(n, grp, args, fc, itv)
         if n.n_out == 0:
             self.emit(e, call, n, itv)
         else:
@@ -795,28 +795,10 @@ class _Codegen:
                 self.emit(e, f"{'if' if m == 0 else 'elif'} {self.lit_expr(rest)}:")
                 self.emit(e + 1, assign)
 
-    def call(self, n: NodeInfo, grp: Any, args: list, acc: Any = None, itv: str = "") -> str:
-        if acc is not None:     # acc + term, in place after the first iteration
-            from dcf.fusion.accumulate import FusedAccumulate
-
-            self.env[f"f{n.id}"] = FusedAccumulate(self.cf.plan.gpu_of[n.id], n, acc[0],
-                                                   acc[1], acc[3])
-            return f"f{n.id}({', '.join(args)}, {itv})"
-        gates = self.gates_root.get(n.id)
-        if gates is not None:   # the gates' gradient reading dh = a + b in its kernel
-            from dcf.fusion.gates_grad import FusedGatesGrad
-
-            self.env[f"f{n.id}"] = FusedGatesGrad(self.cf.plan.gpu_of[n.id], n, gates[0])
+    def call(self, n: NodeInfo, grp: Any, args: list, fc: Any = None, itv: str = "") -> str:
+        if fc is not None:      # one call for n and what it absorbed, told the iteration
+            self.env[f"f{n.id}"] = fc[1](self.cf.plan.gpu_of[n.id], n)
             it = itv if n.frame.parent is not None else "None"     # the root has no counter
-            return f"f{n.id}({', '.join(args)}, {it})"
-        split = self.split_root.get(n.id)
-        if split is not None:   # the one part of a product that a split keeps
-            from dcf.fusion.split_matmul import FusedSplitMatMul
-
-            matmul, _, used, r0, r1 = split
-            self.env[f"f{n.id}"] = FusedSplitMatMul(self.cf.plan.gpu_of[n.id], n, matmul, used,
-                                                    r0, r1)
-            it = itv if n.frame.parent is not None else "None"
             return f"f{n.id}({', '.join(args)}, {it})"
         if n.type == "Const" and not args:
             self.env[f"_C{n.id}"] = n.fn()  # hoisted: the value never changes
@@ -868,7 +850,7 @@ class _Codegen:
     def node(self, n: NodeInfo, d: int, itv: str) -> None:
         if n.id in self.fuse_skip:
             return       # computed inside the fused kernel of its consumer
-        grp, acc, ins = self.fused_inputs(n)
+        grp, fc, ins = self.fused_inputs(n)
         args, dead_terms = [], []
         for i in ins:
             src, k = i
@@ -938,7 +920,7 @@ class _Codegen:
             self.mayd[(n.id, 0)] = maybe_dead
             self.node_dead[n.id] = f"d{n.id}" if maybe_dead else None
             return
-        call = self.call(n, grp, args, acc, itv)
+        call = self.call(n, grp, args, fc, itv)
         if n.n_out == 0:
             assign = call
         elif n.n_out == 1:
@@ -1046,9 +1028,6 @@ def _with_errors(gen_fn: Any, fname: str, line_node: dict) -> Any:
                 tb = tb.tb_next
             if node is None:
                 raise
-            in_loop = node.frame.parent is not None
-            raise op_error(node.op if node.op is not None else node,
-                           node.frame.name if in_loop else None, it if in_loop else None,
-                           e) from e
+            raise node_error(node, it, e) from e
 
     return run

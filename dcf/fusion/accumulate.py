@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dcf.errors import op_error
+from dcf.errors import node_error
 from dcf.ops.gpu_kernels import colsum_accumulate, gemm_accumulate
 from dcf.ops.registry import Kind
 
@@ -130,9 +130,7 @@ class FusedAccumulate:
         try:
             return self.term.fn(*args)
         except Exception as e:
-            f = self.term.frame
-            raise op_error(self.term.op if self.term.op is not None else self.term,
-                           f.name, it, e) from e
+            raise node_error(self.term, it, e) from e
 
     def __call__(self, acc: Any, *args: Any) -> Any:
         it = args[-1]

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dcf.errors import op_error
+from dcf.errors import node_error
 from dcf.ops.registry import Kind
 from dcf.ops.rnn_ops import gates_grad_sum
 
@@ -85,8 +85,5 @@ class FusedGatesGrad:
         try:
             dh = self.total.fn(a, b)
         except Exception as e:
-            s = self.total
-            in_loop = s.frame.parent is not None
-            raise op_error(s.op if s.op is not None else s, s.frame.name if in_loop else None,
-                           it if in_loop else None, e) from e
+            raise node_error(self.total, it, e) from e
         return self.grad.fn(c, acts, c_new, dc, dh)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dcf.errors import op_error
+from dcf.errors import node_error
 from dcf.ops.gpu_raw import c_contiguous
 from dcf.ops.registry import Kind
 
@@ -86,10 +86,7 @@ class FusedSplitMatMul:
         try:
             return self.matmul.fn(g, w)
         except Exception as e:
-            m = self.matmul
-            in_loop = m.frame.parent is not None
-            raise op_error(m.op if m.op is not None else m, m.frame.name if in_loop else None,
-                           it if in_loop else None, e) from e
+            raise node_error(self.matmul, it, e) from e
 
     def __call__(self, g: Any, w: Any, it: Any) -> Any:
         nd = self.cp.ndarray
