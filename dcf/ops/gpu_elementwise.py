@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from dcf.ops.gpu_raw import RawLoop, c_contiguous
+from dcf.ops.gpu_raw import RawLoop, c_contiguous, row_stride
 
 __all__ = ["RawElementwise", "raw_gpu", "add_n_gpu", "SINGLE"]
 
@@ -108,14 +108,13 @@ class RawElementwise:
         for a in args:
             if type(a) is nd:
                 if not c_contiguous(a):
-                    if a.shape != out_shape or a.ndim != 2 or a.strides[1] != a.itemsize \
-                            or a.strides[0] % a.itemsize or \
-                            a.strides[0] // a.itemsize <= a.shape[1]:
+                    ld = row_stride(a) if a.shape == out_shape else None
+                    if ld is None:
                         return None
                     layout.append("w")        # a column block of a wider matrix
                     params.append(a)
                     params.append(np.int64(a.shape[1]))
-                    params.append(np.int64(a.strides[0] // a.itemsize))
+                    params.append(np.int64(ld))
                 elif a.shape == out_shape:
                     layout.append("a")
                     params.append(a)

@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["RawLoop", "c_contiguous"]
+__all__ = ["RawLoop", "c_contiguous", "row_stride"]
+
 
 def c_contiguous(a: Any) -> bool:
     """`a.flags.c_contiguous` without the Flags object cupy builds for each `flags` read
@@ -29,6 +30,21 @@ def c_contiguous(a: Any) -> bool:
         return a._c_contiguous
     except AttributeError:        # numpy, the test stand-in
         return a.flags.c_contiguous
+
+
+def row_stride(a: Any) -> int | None:
+    """For a 2-D array whose rows are each contiguous -- C-contiguous, or a column block
+    of a wider C-contiguous matrix (a SplitV output) -- the elements from one row's start
+    to the next's; None for any other layout."""
+    if a.ndim != 2:
+        return None
+    if c_contiguous(a):
+        return a.shape[1]
+    s0, s1 = a.strides
+    size = a.itemsize
+    if s1 != size or s0 % size or s0 < a.shape[1] * size:
+        return None
+    return s0 // size
 
 
 _THREADS = 256

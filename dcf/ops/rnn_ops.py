@@ -25,7 +25,7 @@ import numpy as np
 
 from dcf.errors import InvalidArgumentError
 from dcf.graph import Tensor, TensorType
-from dcf.ops.gpu_raw import RawLoop, c_contiguous
+from dcf.ops.gpu_raw import RawLoop, c_contiguous, row_stride
 from dcf.ops.registry import OpDef, RegisterGradient, apply, register
 
 __all__: list[str] = []
@@ -216,19 +216,11 @@ _DH_READ = {1: "dh_a[r_ * lda + k_]", 2: "dh_a[r_ * lda + k_] + dh_b[r_ * ldb + 
 
 def _raw_kernel(which: str) -> RawLoop:
     """The same bodies as raw kernels over C-contiguous arrays (dcf/ops/gpu_raw.py):
-    half the host's cost per launch of the ElementwiseKernels below. "bwd_s1" and
-    "bwd_s2" read dh from one or two row-strided matrices (see _DH_READ)."""
+    half the host's cost per launch of the ElementwiseKernels below. The backward ones,
+    "bwd_s1" and "bwd_s2", read dh from one or two row-strided matrices (see _DH_READ)."""
     k = _raw_kernels.get(which)
     if k is None:
-        if which == "bwd":
-            k = RawLoop("dcf_lstm_gates_grad_raw",
-                        "const T* __restrict__ c_, const T* __restrict__ acts, "
-                        "const T* __restrict__ c_new_, const T* __restrict__ dc_, "
-                        "const T* __restrict__ dh_, const long long u, T* __restrict__ dz, "
-                        "T* __restrict__ dc_prev_",
-                        "    const T c = c_[i], c_new = c_new_[i], dc = dc_[i], dh = dh_[i];\n"
-                        "    T dc_prev;" + _GATES_GRAD_CUDA + "    dc_prev_[i] = dc_prev;")
-        elif which.startswith("bwd_s"):
+        if which.startswith("bwd_s"):
             n = int(which[5:])
             k = RawLoop(f"dcf_lstm_gates_grad_dh{n}",
                         "const T* __restrict__ c_, const T* __restrict__ acts, "
@@ -320,35 +312,13 @@ def _gates_grad_gpu(xp, c, acts, c_new, dc, dh):
         return _gates_grad(xp, c, acts, c_new, dc, dh)
     if not c_contiguous(acts):
         acts = xp.ascontiguousarray(acts)
-    if type(dh) is xp.ndarray and not c_contiguous(dh):
-        got = gates_grad_sum(xp, c, acts, c_new, dc, (dh,))  # a column block: read in place
-        if got is not None:
-            return got
+    got = gates_grad_sum(xp, c, acts, c_new, dc, (dh,))   # one raw kernel, dh read in place
+    if got is not None:
+        return got
     dz = xp.empty(acts.shape, acts.dtype)
     dc_prev = xp.empty(c.shape, c.dtype)
-    nd, shape, dt = xp.ndarray, c.shape, c.dtype
-    if RawLoop.available(xp) and acts.dtype == dt and acts.shape == (shape[0], 4 * shape[1]) \
-            and all(type(a) is nd and a.shape == shape and a.dtype == dt and
-                    c_contiguous(a) for a in (c, c_new, dc, dh)):
-        _raw_kernel("bwd")(xp, dt, c.size, (c, acts, c_new, dc, dh, np.int64(shape[1]), dz,
-                                            dc_prev))
-    else:
-        _cuda_kernel(xp, "bwd")(c, acts, c_new, dc, dh, c.shape[1], dz, dc_prev)
+    _cuda_kernel(xp, "bwd")(c, acts, c_new, dc, dh, c.shape[1], dz, dc_prev)
     return dz, dc_prev
-
-
-def _row_stride(a: Any, shape: tuple, dt: Any, nd: Any) -> int | None:
-    """The distance in elements between the rows of `a`, a [batch, u] device matrix of
-    `dt` whose rows are each contiguous (C-contiguous, or a column block of a wider
-    matrix); None for anything else."""
-    if type(a) is not nd or a.shape != shape or a.dtype != dt:
-        return None
-    s0, s1 = a.strides
-    size = dt.itemsize
-    if shape[0] > 1 and (s1 != size or s0 < shape[1] * size or s0 % size) or \
-            shape[0] <= 1 and not c_contiguous(a):
-        return None
-    return s0 // size if shape[0] > 1 else shape[1]
 
 
 def gates_grad_sum(xp: Any, c: Any, acts: Any, c_new: Any, dc: Any, dhs: tuple) -> Any:
@@ -370,7 +340,7 @@ def gates_grad_sum(xp: Any, c: Any, acts: Any, c_new: Any, dc: Any, dhs: tuple) 
             return None
     args: tuple = ()
     for a in dhs:
-        ld = _row_stride(a, shape, dt, nd)
+        ld = row_stride(a) if type(a) is nd and a.shape == shape and a.dtype == dt else None
         if ld is None:
             return None
         args += (a, np.int64(ld))
