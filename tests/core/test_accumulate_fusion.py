@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import dcf
+from tests.lstm_gradients import lstm_gradients
 
 
 @pytest.fixture
@@ -134,23 +135,9 @@ def test_the_lstm_weight_and_bias_gradients_are_fused_and_equal_the_cpu(fake_gpu
     rng = np.random.default_rng(3)
     xv = rng.standard_normal((6, 2, 3)).astype(np.float32)
 
-    def grads(dev):
-        g = dcf.Graph()
-        with g.as_default(), dcf.device(dev):
-            x = dcf.placeholder(dcf.float32, [6, 2, 3])
-            out, _ = dcf.nn.dynamic_rnn(dcf.nn.LSTMCell(5, name="lstm"), x,
-                                        dtype=dcf.float32, time_major=True)
-            loss = dcf.reduce_sum(dcf.square(out))
-            vs = dcf.trainable_variables()
-            gs = dcf.gradients(loss, vs)
-            init = dcf.global_variables_initializer()
-        with dcf.Session(g) as s:
-            s.run(init)
-            return s.run(gs, {x: xv})
-
-    cpu = grads("/cpu:0")
+    cpu = lstm_gradients("/cpu:0", xv, 5)[0]
     assert not fused
-    gpu = grads("/gpu:0")
+    gpu = lstm_gradients("/gpu:0", xv, 5)[0]
     assert sorted(f.kind for f in fused) == ["colsum", "matmul"]
     assert all(f.in_place == 5 for f in fused)
     for a, b in zip(cpu, gpu):

@@ -12,6 +12,7 @@ import pytest
 
 import dcf
 from dcf.ops.registry import apply
+from tests.lstm_gradients import lstm_gradients
 
 
 @pytest.fixture
@@ -32,50 +33,14 @@ def fused_gates(instances_of, monkeypatch):
     return made, calls
 
 
-def _two_layer_grads(dev, xv, kind="dynamic", devs=None):
-    """Gradients of sum(out^2) of a 2-layer LSTM over all its variables: the lower
-    layer's dh is recurrence + the upper layer's input gradient (an AddN)."""
-    devs = devs or (dev, dev)
-    g = dcf.Graph()
-    with g.as_default():
-        with dcf.device(devs[0]):
-            x = dcf.placeholder(dcf.float32, list(xv.shape))
-        cells = []
-        for k, d in enumerate(devs):
-            with dcf.device(d):
-                cells.append(dcf.nn.LSTMCell(4, name=f"l{k}"))
-        with dcf.device(devs[0]):
-            if kind == "dynamic":
-                out = x
-                for k, (cell, d) in enumerate(zip(cells, devs)):
-                    with dcf.device(d):
-                        out, _ = dcf.nn.dynamic_rnn(cell, out, dtype=dcf.float32,
-                                                    time_major=True, scope=f"rnn{k}")
-            else:
-                out = dcf.unstack(x, axis=0)
-                for k, (cell, d) in enumerate(zip(cells, devs)):
-                    with dcf.device(d):
-                        out, _ = dcf.nn.static_rnn(cell, out, dtype=dcf.float32,
-                                                   scope=f"rnn{k}")
-                out = dcf.stack(out, axis=0)
-        with dcf.device(devs[-1]):
-            loss = dcf.reduce_sum(dcf.square(out))
-        vs = dcf.trainable_variables()
-        gs = dcf.gradients(loss, [x] + vs)
-        init = dcf.global_variables_initializer()
-    with dcf.Session(g) as s:
-        s.run(init)
-        return s.run(gs, {x: xv})
-
-
 @pytest.mark.parametrize("kind", ["dynamic", "static"])
 def test_stacked_lstm_gradients_with_the_sum_fused_equal_the_cpu(fake_gpus, fused_gates,
                                                                    kind):
     made, calls = fused_gates
     xv = np.random.default_rng(0).standard_normal((5, 3, 2)).astype(np.float32)
-    cpu = _two_layer_grads("/cpu:0", xv, kind)
+    cpu = lstm_gradients("/cpu:0", xv, 4, layers=2, kind=kind, with_x=True)[0]
     assert not made
-    gpu = _two_layer_grads("/gpu:0", xv, kind)
+    gpu = lstm_gradients("/gpu:0", xv, 4, layers=2, kind=kind, with_x=True)[0]
     # both layers read sum(out^2) of their own outputs' gradient plus the recurrence
     # (the lower one: the upper's input gradient), in every step but the last
     assert made and calls[0] >= 5
@@ -87,8 +52,8 @@ def test_layers_on_two_gpus_fuse_each_layers_sum_on_its_gpu(fake_gpus,
                                                                         fused_gates):
     made, _ = fused_gates
     xv = np.random.default_rng(1).standard_normal((4, 2, 3)).astype(np.float32)
-    cpu = _two_layer_grads("/cpu:0", xv)
-    gpu = _two_layer_grads(None, xv, devs=("/gpu:0", "/gpu:1"))
+    cpu = lstm_gradients("/cpu:0", xv, 4, layers=2, with_x=True)[0]
+    gpu = lstm_gradients(["/gpu:0", "/gpu:1"], xv, 4, with_x=True)[0]
     for a, b in zip(cpu, gpu):
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
     assert made     # each layer's sum sits with its gates' gradient (a peer copy feeds it)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import dcf
+from tests.lstm_gradients import lstm_gradients
 
 
 @pytest.fixture
@@ -18,27 +19,12 @@ def fused_splits(instances_of):
     return instances_of(split_matmul_fusion.FusedSplitMatMul)
 
 
-def _lstm_grads(dev, xv, with_x):
-    g = dcf.Graph()
-    with g.as_default(), dcf.device(dev):
-        x = dcf.placeholder(dcf.float32, list(xv.shape))
-        out, _ = dcf.nn.dynamic_rnn(dcf.nn.LSTMCell(5, name="l0"), x, dtype=dcf.float32,
-                                    time_major=True)
-        loss = dcf.reduce_sum(dcf.square(out))
-        xs = ([x] if with_x else []) + dcf.trainable_variables()
-        gs = dcf.gradients(loss, xs)
-        init = dcf.global_variables_initializer()
-    with dcf.Session(g) as s:
-        s.run(init)
-        return [s.run(gs, {x: xv}) for _ in range(2)]
-
-
 @pytest.mark.parametrize("with_x", [False, True])
 def test_the_first_layers_input_part_is_not_computed_unless_asked(fake_gpus, fused_splits,
                                                                   with_x):
     xv = np.random.default_rng(0).standard_normal((6, 3, 4)).astype(np.float32)
-    cpu = _lstm_grads("/cpu:0", xv, with_x)
-    gpu = _lstm_grads("/gpu:0", xv, with_x)
+    cpu = lstm_gradients("/cpu:0", xv, 5, with_x=with_x, runs=2)
+    gpu = lstm_gradients("/gpu:0", xv, 5, with_x=with_x, runs=2)
     narrowed = sum(f.narrowed for f in fused_splits)
     if with_x:          # the input's part is read: the product and the split run whole
         assert narrowed == 0

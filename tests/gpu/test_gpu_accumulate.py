@@ -12,6 +12,7 @@ import dcf
 from dcf import gpu_devices
 from dcf.actors.gpu import GpuDevice
 from dcf.ops.gpu_kernels import colsum_accumulate, gemm_accumulate
+from tests.lstm_gradients import lstm_gradients
 
 
 @pytest.fixture
@@ -95,22 +96,8 @@ def test_an_lstm_gradient_with_fused_accumulations_equals_the_cpu(fused_accumula
     rng = np.random.default_rng(4)
     xv = rng.standard_normal((12, 4, 16)).astype(np.float32)
 
-    def grads(dev):
-        g = dcf.Graph()
-        with g.as_default(), dcf.device(dev):
-            x = dcf.placeholder(dcf.float32, [12, 4, 16])
-            cell = dcf.nn.LSTMCell(512, name="lstm")
-            out, _ = dcf.nn.dynamic_rnn(cell, x, dtype=dcf.float32, time_major=True,
-                                        parallel_iterations=8)
-            loss = dcf.reduce_mean(dcf.square(out))
-            gs = dcf.gradients(loss, dcf.trainable_variables())
-            init_op = dcf.global_variables_initializer()
-        with dcf.Session(g) as s:
-            s.run(init_op)
-            return [s.run(gs, {x: xv}) for _ in range(2)]
-
-    cpu = grads("/cpu:0")
-    gpu = grads("/gpu:0")
+    cpu, gpu = (lstm_gradients(dev, xv, 512, loss="mean", runs=2, parallel_iterations=8)
+                for dev in ("/cpu:0", "/gpu:0"))
     ran = list(fused_accumulations)
     assert sorted(f.kind for f in ran) == ["colsum", "matmul"]
     assert all(f.in_place == 2 * 11 for f in ran)

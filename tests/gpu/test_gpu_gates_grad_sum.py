@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import dcf
 from dcf import gpu_devices
 from dcf.actors.gpu import GpuDevice
 from dcf.ops import rnn_ops
+from tests.lstm_gradients import lstm_gradients
 
 
 @pytest.fixture
@@ -83,24 +83,8 @@ def test_stacked_lstm_gradients_on_the_gpu_equal_the_cpu(cp, instances_of):
     rng = np.random.default_rng(5)
     xv = (rng.standard_normal((12, 64, 96)) * 0.5).astype(np.float32)
 
-    def grads(dev):
-        g = dcf.Graph()
-        with g.as_default(), dcf.device(dev):
-            x = dcf.placeholder(dcf.float32, list(xv.shape))
-            out = x
-            for k in range(3):
-                out, _ = dcf.nn.dynamic_rnn(dcf.nn.LSTMCell(128, name=f"l{k}"), out,
-                                            dtype=dcf.float32, time_major=True,
-                                            scope=f"rnn{k}")
-            loss = dcf.reduce_sum(dcf.square(out))
-            gs = dcf.gradients(loss, [x] + dcf.trainable_variables())
-            init_op = dcf.global_variables_initializer()
-        with dcf.Session(g) as s:
-            s.run(init_op)
-            return [s.run(gs, {x: xv}) for _ in range(2)]
-
-    cpu = grads("/cpu:0")
-    gpu = grads("/gpu:0")
+    cpu, gpu = (lstm_gradients(dev, xv, 128, layers=3, with_x=True, runs=2)
+                for dev in ("/cpu:0", "/gpu:0"))
     assert made
     if not gpu_devices.is_fake():
         assert sum(f.fused for f in made) >= 2 * 3 * 11     # 3 layers, 11 of 12 steps, 2 runs

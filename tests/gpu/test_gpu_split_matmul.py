@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import dcf
 from dcf import gpu_devices
 from dcf.actors.gpu import GpuDevice
+from tests.lstm_gradients import lstm_gradients
 
 
 def test_a_row_block_product_equals_the_whole_products_columns():
@@ -38,21 +38,7 @@ def test_an_lstm_on_the_gpu_skips_its_inputs_part_and_equals_the_cpu(instances_o
     rng = np.random.default_rng(1)
     xv = (rng.standard_normal((10, 64, 96)) * 0.5).astype(np.float32)
 
-    def grads(dev):
-        g = dcf.Graph()
-        with g.as_default(), dcf.device(dev):
-            x = dcf.placeholder(dcf.float32, list(xv.shape))
-            out = dcf.unstack(x, axis=0)
-            out, _ = dcf.nn.static_rnn(dcf.nn.LSTMCell(128, name="l0"), out, dtype=dcf.float32)
-            loss = dcf.reduce_sum(dcf.square(dcf.stack(out, axis=0)))
-            gs = dcf.gradients(loss, dcf.trainable_variables())
-            init_op = dcf.global_variables_initializer()
-        with dcf.Session(g) as s:
-            s.run(init_op)
-            return s.run(gs, {x: xv})
-
-    cpu = grads("/cpu:0")
-    gpu = grads("/gpu:0")
+    cpu, gpu = (lstm_gradients(dev, xv, 128, kind="static")[0] for dev in ("/cpu:0", "/gpu:0"))
     # every step of the unrolled LSTM but the first (whose state part is not read either)
     assert sum(f.narrowed for f in made) == 9
     for a, b in zip(cpu, gpu):
