@@ -150,7 +150,8 @@ class _Codegen:
         self.fuse_skip: set[int] = set()
         # node id -> (leaves, make(gpu, node) -> the callable): nodes that run as one call
         # with the ops they absorb (dcf/fusion/: accumulations in place, the gates'
-        # gradient with its dh sum, the read part of a split product)
+        # gradient with its dh sum, the gates over their product, the read part of a
+        # split product)
         self.fused_call: dict[int, tuple[list, Any]] = {}
         self.vguard: dict[tuple, tuple | None] = {}   # value -> guard (see analyze)
         self.nguard: dict[int, tuple | None] = {}     # node -> guard of its firing
@@ -173,12 +174,17 @@ class _Codegen:
             self.fuse_root[root] = grp
             self.fuse_skip.update(n.id for n in grp[0])
         from dcf.fusion.gates_grad import FusedGatesGrad, gates_grad_groups
+        from dcf.fusion.matmul_gates import FusedMatMulGates, matmul_gates_groups
         from dcf.fusion.split_matmul import FusedSplitMatMul, split_matmul_groups
 
         for gg, (total, leaves) in gates_grad_groups(f.nodes, gpu_of, self.inputs,
                                                      self.taken()).items():
             self.fuse_call(gg, total, leaves,
                            lambda gpu, n, total=total: FusedGatesGrad(gpu, n, total))
+        for gt, (mm, leaves) in matmul_gates_groups(f.nodes, gpu_of, self.inputs,
+                                                    self.taken()).items():
+            self.fuse_call(gt, mm, leaves,
+                           lambda gpu, n, mm=mm: FusedMatMulGates(gpu, n, mm))
         for sp, (mm, leaves, used, r0, r1) in split_matmul_groups(
                 f.nodes, gpu_of, self.inputs, self.taken()).items():
             self.fuse_call(sp, mm, leaves, lambda gpu, n, mm=mm, used=used, r0=r0, r1=r1:

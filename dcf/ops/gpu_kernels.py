@@ -131,7 +131,8 @@ def split_gpu(generic: Any) -> Any:
 
 
 _GEMM_SCALARS: dict = {}      # dtype char -> (one, zero, address of one, address of zero)
-_HANDLES: dict = {}           # (thread, device) -> cuBLAS handle, in host pointer mode
+_HANDLES: dict = {}           # (thread, device) -> dcf's own cuBLAS handle, host pointer mode
+_STREAM_OF: dict = {}         # handle -> the stream last set on it
 _LIBS: dict = {}              # id(xp) -> cupy's cublas module, or None (the stand-in)
 
 
@@ -155,10 +156,13 @@ def _scalars(dtype: Any) -> tuple:
 
 
 def _handle(xp, lib, device: int) -> int:
+    """A cuBLAS handle for this thread and device that only these GEMMs use (not cupy's
+    shared one), so the stream it was last given is known and set only when it changes
+    (a `setStream` per GEMM was ~1 us of the host's time in an LSTM step)."""
     key = (threading.get_ident(), device)
     h = _HANDLES.get(key)
     if h is None:
-        h = _HANDLES[key] = xp.cuda.device.get_cublas_handle()
+        h = _HANDLES[key] = lib.create()            # on the current device: `device`
         lib.setPointerMode(h, 0)                    # CUBLAS_POINTER_MODE_HOST
     return h
 
@@ -181,7 +185,10 @@ def _gemm_shape(xp, lib, a, b, transpose_a, transpose_b) -> tuple | None:
 def _gemm(xp, lib, a, b, out, transpose_a, transpose_b, m, n, k, dev, beta) -> None:
     sc = _scalars(a.dtype)
     h = _handle(xp, lib, dev)
-    lib.setStream(h, xp.cuda.get_current_stream().ptr)
+    stream = xp.cuda.get_current_stream().ptr
+    if _STREAM_OF.get(h) != stream:
+        lib.setStream(h, stream)
+        _STREAM_OF[h] = stream
     (lib.sgemm if a.dtype.char == "f" else lib.dgemm)(
         h, 1 if transpose_b else 0, 1 if transpose_a else 0, n, m, k, sc[2],
         b.data.ptr, b.shape[1], a.data.ptr, a.shape[1], sc[2] if beta else sc[3],

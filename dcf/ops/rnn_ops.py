@@ -232,6 +232,14 @@ def _raw_kernel(which: str) -> RawLoop:
                         "    const T c = c_[i], c_new = c_new_[i], dc = dc_[i];\n"
                         f"    const T dh = {_DH_READ[n]};\n"
                         "    T dc_prev;" + _GATES_GRAD_CUDA + "    dc_prev_[i] = dc_prev;")
+        elif which.startswith("fwd_into"):   # the activations written over z
+            addend = which[9:]
+            k = RawLoop("dcf_lstm_gates_into" + (f"_{addend}" if addend else ""),
+                        "T* z, const T* __restrict__ c_, const T fb, const long long u, " +
+                        ("const T* __restrict__ bias, " if addend else "") +
+                        "T* __restrict__ c_new_, T* __restrict__ h_new_",
+                        "    T* const acts = z;\n    const T c = c_[i];\n    T c_new, h_new;" +
+                        _gates_source(addend) + "    c_new_[i] = c_new; h_new_[i] = h_new;")
         else:
             addend = which[4:]
             k = RawLoop("dcf_lstm_gates_raw" + (f"_{addend}" if addend else ""),
@@ -304,6 +312,40 @@ def _gates_gpu(xp, z, c, b=None, *, forget_bias):
     else:
         _cuda_kernel(xp, which)(z, c, fb, u, *extra, c_new, h_new, acts)
     return c_new, h_new, acts
+
+
+def gates_into(xp: Any, z: Any, c: Any, b: Any, forget_bias: float) -> Any:
+    """LSTMGates(z, c[, b]) as one raw kernel that writes the activations over z, for a
+    z nothing else reads (a fresh product whose only consumer is the gates): (c_new,
+    h_new, acts) with acts the array z, or None where the arrays don't fit it (not all
+    C-contiguous device arrays of one float dtype and the gates' shapes, a bias neither
+    a [4u] row nor shaped like z, no RawKernel). Each element of z is read by the one
+    thread that overwrites it, before it does, so the results are _gates_gpu's."""
+    nd = getattr(xp, "ndarray", None)
+    if not RawLoop.available(xp) or type(z) is not nd or type(c) is not nd or \
+            c.ndim != 2 or z.ndim != 2:
+        return None
+    dt = c.dtype
+    rows, u = c.shape
+    if dt.kind != "f" or dt.itemsize < 4 or z.dtype != dt or z.shape != (rows, 4 * u) or \
+            not c_contiguous(z) or not c_contiguous(c):
+        return None
+    which, extra = "fwd_into", ()
+    if b is not None:
+        if type(b) is not nd or b.dtype != dt or not c_contiguous(b):
+            return None
+        if b.shape == (4 * u,):
+            which = "fwd_into_row"
+        elif b.shape == z.shape:
+            which = "fwd_into_full"
+        else:
+            return None
+        extra = (b,)
+    c_new = nd(c.shape, dt)
+    h_new = nd(c.shape, dt)
+    _raw_kernel(which)(xp, dt, c.size, (z, c, dt.type(forget_bias), np.int64(u)) + extra +
+                       (c_new, h_new))
+    return c_new, h_new, z
 
 
 def _gates_grad_gpu(xp, c, acts, c_new, dc, dh):

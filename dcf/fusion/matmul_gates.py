@@ -1,0 +1,90 @@
+"""Let an LSTM step's gates write their activations over the product they read (GPU).
+
+An LSTM layer's step is `z = [x, h] @ W` (a MatMul) and then LSTMGates(z, c, b), whose
+third output -- the gate activations, as wide as z -- is what the backward pass keeps.
+Nothing reads z but the gates, so on a GPU the step allocates a [batch, 4u] array per
+layer and iteration that it could do without: the gates' kernel can write each
+activation over the pre-activation it was computed from (each element is read and then
+written by one thread). In a multi-GPU loop the forward pass is paced by the host, and
+an allocation is a few microseconds of it per layer and step. The frame compiler emits
+one call for the product and the gates instead of two -- where the graph proves that z
+is seen by nothing else:
+
+- the LSTMGates' z input is output 0 of a MatMul in the same frame, on the same GPU;
+- the MatMul has no control edges, is not fetched, and the gates are its only consumer.
+
+The fused call runs the MatMul's own kernel and then the in-place gates kernel
+(`rnn_ops.gates_into`: the same formulas as the gates' raw kernel, so the same bits);
+the activations output *is* the product's array. Anything that kernel does not take
+(layouts, dtypes, host values, the test stand-in) runs the gates' own kernel on the
+product. (Traced runs take the executor's op-by-op path, where each op is its own
+slice.)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dcf.errors import node_error
+from dcf.ops.registry import Kind
+from dcf.ops.rnn_ops import gates_into
+
+__all__ = ["matmul_gates_groups", "FusedMatMulGates"]
+
+
+def matmul_gates_groups(frame_nodes: list, gpu_of: dict, inputs_of: Any, taken: set) -> dict:
+    """LSTMGates node id -> (MatMul node, leaves [a, W, c(, b)]) for the gates of one
+    frame whose product may be overwritten by their activations."""
+    in_frame = {n.id for n in frame_nodes}
+    groups: dict = {}
+    for g in frame_nodes:
+        if g.kind != Kind.KERNEL or g.type != "LSTMGates" or g.id not in gpu_of or \
+                g.pnode.control or g.id in taken:
+            continue
+        ins = inputs_of(g)
+        if len(ins) not in (2, 3) or None in ins or any(i[0] is None for i in ins):
+            continue
+        m, k = ins[0]
+        if k != 0 or m.id not in in_frame or m.id in taken or \
+                getattr(m, "kind", None) != Kind.KERNEL or m.type != "MatMul" or \
+                m.pnode.control or m.n_out != 1 or m.fetch or m.ctrl_outs or \
+                [d for d, _, _ in m.outs[0]] != [g] or gpu_of.get(m.id) is not gpu_of[g.id]:
+            continue
+        m_ins = inputs_of(m)
+        if len(m_ins) != 2 or None in m_ins or any(i[0] is None for i in m_ins):
+            continue
+        groups[g.id] = (m, list(m_ins) + list(ins[1:]))
+    return groups
+
+
+class FusedMatMulGates:
+    """The callable of one fused product and gates: fn(a, W, c(, b), iteration) ->
+    (c_new, h_new, acts) with z = a @ W (the MatMul's attributes) and acts written over
+    z. An error in the product names the MatMul's op, frame and iteration; the gates'
+    own errors name the gates' op."""
+
+    def __init__(self, gpu: Any, gates: Any, matmul: Any) -> None:
+        self.gpu = gpu
+        self.cp = gpu.cp
+        self.gates, self.matmul = gates, matmul
+        self.forget_bias = float(gates.pnode.attrs.get("forget_bias", 1.0))
+        self.calls = 0                  # calls (tests read these two)
+        self.into = 0                   # calls whose gates wrote over z
+
+    def __call__(self, a: Any, w: Any, c: Any, *rest: Any) -> Any:
+        self.calls += 1
+        it = rest[-1]
+        b = rest[0] if len(rest) == 2 else None
+        try:
+            z = self.matmul.fn(a, w)
+        except Exception as e:
+            raise node_error(self.matmul, it, e) from e
+        self.gpu.make_current()
+        try:
+            got = gates_into(self.cp, z, c, b, self.forget_bias)
+        except MemoryError:
+            got = None
+        if got is not None:
+            self.into += 1
+            return got
+        return self.gates.fn(z, c) if b is None else self.gates.fn(z, c, b)

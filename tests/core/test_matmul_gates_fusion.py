@@ -1,0 +1,125 @@
+"""An LSTM step's gates write their activations over the product z they read, one call
+for the MatMul and the LSTMGates on a GPU (dcf/fusion/matmul_gates.py). GPUs here are the
+cupy stand-in, which has no raw kernels, so the fused call runs the gates' own kernel on
+the product: these tests check what the compiler fuses, what it leaves alone, the values
+against the CPU and float64 numpy, and errors; tests/gpu checks the kernel on a real GPU."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import dcf
+from tests.lstm_gradients import lstm_gradients
+
+
+@pytest.fixture
+def fused(instances_of):
+    """The FusedMatMulGates the compiler built in this test (each counts its calls)."""
+    from dcf.fusion import matmul_gates
+
+    return instances_of(matmul_gates.FusedMatMulGates)
+
+
+def _calls(made):
+    return sum(f.calls for f in made)
+
+
+@pytest.mark.parametrize("kind", ["dynamic", "static"])
+def test_stacked_lstm_gradients_with_the_gates_fused_equal_the_cpu(fake_gpus, fused, kind):
+    made = fused
+    xv = np.random.default_rng(0).standard_normal((5, 3, 2)).astype(np.float32)
+    cpu = lstm_gradients("/cpu:0", xv, 4, layers=2, kind=kind, with_x=True)[0]
+    assert not made
+    gpu = lstm_gradients("/gpu:0", xv, 4, layers=2, kind=kind, with_x=True)[0]
+    assert made and _calls(made) >= 2 * 5               # two layers, five steps
+    for a, b in zip(cpu, gpu):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+
+
+def test_layers_on_two_gpus_fuse_on_each_gpu(fake_gpus, fused):
+    made = fused
+    xv = np.random.default_rng(1).standard_normal((4, 2, 3)).astype(np.float32)
+    cpu = lstm_gradients("/cpu:0", xv, 4, layers=2, with_x=True)[0]
+    gpu = lstm_gradients(["/gpu:0", "/gpu:1"], xv, 4, with_x=True)[0]
+    for a, b in zip(cpu, gpu):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+    assert {f.gpu for f in made} == {dcf.actors.gpu.GpuDevice.get(0),
+                                     dcf.actors.gpu.GpuDevice.get(1)} and _calls(made) >= 8
+
+
+def _sig(x):
+    return 1 / (1 + np.exp(-x))
+
+
+def _gates_loop(a, w, c0, b, read_z=False, bad_from=None, n=3):
+    """c_t, h_t = LSTMGates(z_t, c_{t-1}, b) with z_t = (a * (t + 1)) @ w each iteration;
+    `read_z`: the product is also summed by another op (not fused); `bad_from`: from
+    that iteration on (against the fed k) a loses a column, so the product fails."""
+    g = dcf.Graph()
+    with g.as_default(), dcf.device("/gpu:0"):
+        k = dcf.placeholder(dcf.int32, [])
+        A, W, B = dcf.constant(a), dcf.constant(w), dcf.constant(b)
+
+        def body(i, c, h, seen):
+            aa = A if bad_from is None else A[:, : dcf.where(i < k, a.shape[1], a.shape[1] - 1)]
+            z = dcf.matmul(aa * dcf.cast(i + 1, dcf.float32), W, name="product")
+            c2, h2 = dcf.nn.lstm_gates(z, c, 0.5, b=B, name="gates")
+            if read_z:
+                seen = seen + dcf.reduce_sum(z)
+            return i + 1, c2, h2, seen
+
+        out = dcf.while_loop(lambda i, *_: i < n, body,
+                             (0, dcf.constant(c0), dcf.zeros(list(c0.shape)),
+                              dcf.constant(0.0)), name="gloop")
+    return g, k, out[1:]
+
+
+def _reference(a, w, c0, b, n=3):
+    a, w, c, b = (v.astype(np.float64) for v in (a, w, c0, b))
+    u = c.shape[1]
+    seen = 0.0
+    for t in range(n):
+        z = (a * (t + 1)) @ w
+        seen += z.sum()
+        z = z + b
+        i, j, f, o = (z[:, q * u:(q + 1) * u] for q in range(4))
+        c = c * _sig(f + 0.5) + _sig(i) * np.tanh(j)
+        h = np.tanh(c) * _sig(o)
+    return c, h, seen
+
+
+def _values(batch=2, d=3, u=4, seed=2):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((batch, d)).astype(np.float32),
+            rng.standard_normal((d, 4 * u)).astype(np.float32),
+            rng.standard_normal((batch, u)).astype(np.float32),
+            rng.standard_normal(4 * u).astype(np.float32))
+
+
+@pytest.mark.parametrize("read_z", [False, True])
+def test_a_loops_gates_equal_float64_numpy(fake_gpus, fused, read_z):
+    made = fused
+    vals = _values()
+    g, k, (c, h, seen) = _gates_loop(*vals, read_z=read_z)
+    with dcf.Session(graph=g) as sess:
+        got_c, got_h, got_seen = sess.run([c, h, seen], {k: 5})
+    want_c, want_h, want_seen = _reference(*vals)
+    np.testing.assert_allclose(got_c, want_c, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got_h, want_h, rtol=1e-5, atol=1e-6)
+    if read_z:       # the product is read by the reduce_sum too: the ops run one by one
+        assert not made
+        np.testing.assert_allclose(got_seen, want_seen, rtol=1e-5)
+    else:
+        assert made and _calls(made) == 3
+
+
+def test_a_failing_product_names_the_matmul_frame_and_iteration(fake_gpus, fused):
+    made = fused
+    g, k, (c, _, _) = _gates_loop(*_values(), bad_from=1)
+    with dcf.Session(graph=g) as sess:
+        with pytest.raises(dcf.errors.InvalidArgumentError) as e:
+            sess.run(c, {k: 1})
+    msg = str(e.value)
+    assert made
+    assert "product" in msg and "MatMul" in msg and "iteration 1" in msg and "gloop" in msg
