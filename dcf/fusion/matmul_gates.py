@@ -13,7 +13,8 @@ is seen by nothing else:
 - the LSTMGates' z input is output 0 of a MatMul in the same frame, on the same GPU;
 - the MatMul has no control edges, is not fetched, and the gates are its only consumer.
 
-The fused call runs the MatMul's own kernel and then the in-place gates kernel
+The fused call runs the product as one GEMM (the MatMul's GPU body; its kernel where
+that declines) and then the in-place gates kernel
 (`rnn_ops.gates_into`: the same formulas as the gates' raw kernel, so the same bits);
 the activations output *is* the product's array. Anything that kernel does not take
 (layouts, dtypes, host values, the test stand-in) runs the gates' own kernel on the
@@ -26,6 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from dcf.errors import node_error
+from dcf.ops.gpu_kernels import gemm
 from dcf.ops.registry import Kind
 from dcf.ops.rnn_ops import gates_into
 
@@ -68,6 +70,9 @@ class FusedMatMulGates:
         self.cp = gpu.cp
         self.gates, self.matmul = gates, matmul
         self.forget_bias = float(gates.pnode.attrs.get("forget_bias", 1.0))
+        ma = matmul.pnode.attrs
+        self.transpose_a = bool(ma.get("transpose_a", False))
+        self.transpose_b = bool(ma.get("transpose_b", False))
         self.calls = 0                  # calls (tests read these two)
         self.into = 0                   # calls whose gates wrote over z
 
@@ -75,11 +80,17 @@ class FusedMatMulGates:
         self.calls += 1
         it = rest[-1]
         b = rest[0] if len(rest) == 2 else None
-        try:
-            z = self.matmul.fn(a, w)
-        except Exception as e:
-            raise node_error(self.matmul, it, e) from e
         self.gpu.make_current()
+        try:                # the GEMM directly; anything else through the MatMul's kernel
+            z = gemm(self.cp, a, w, self.transpose_a, self.transpose_b)
+        except MemoryError:
+            z = None
+        if z is None:
+            try:
+                z = self.matmul.fn(a, w)
+            except Exception as e:
+                raise node_error(self.matmul, it, e) from e
+            self.gpu.make_current()
         try:
             got = gates_into(self.cp, z, c, b, self.forget_bias)
         except MemoryError:

@@ -28,7 +28,7 @@ import numpy as np
 
 from dcf.ops.gpu_raw import RawLoop, c_contiguous
 
-__all__ = ["concat_gpu", "sum_gpu", "split_gpu", "matmul_gpu", "gemm_accumulate",
+__all__ = ["concat_gpu", "sum_gpu", "split_gpu", "matmul_gpu", "gemm", "gemm_accumulate",
            "colsum_accumulate"]
 
 _D2D = 3   # cudaMemcpyDeviceToDevice
@@ -225,6 +225,19 @@ def colsum_accumulate(xp, acc, x) -> bool:
     return True
 
 
+def gemm(xp, a, b, transpose_a: bool, transpose_b: bool) -> Any:
+    """op(a) @ op(b) as one GEMM on the current stream into a new array, or None where
+    one GEMM does not compute it (see _gemm_shape): MatMul's GPU body without the
+    fallback, for fused calls that have their own."""
+    lib = _cublas(xp)
+    dims = _gemm_shape(xp, lib, a, b, transpose_a, transpose_b)
+    if dims is None:
+        return None
+    out = xp.ndarray(dims[:2], a.dtype)
+    _gemm(xp, lib, a, b, out, transpose_a, transpose_b, *dims, beta=0)
+    return out
+
+
 def matmul_gpu(generic: Any) -> Any:
     """MatMul of 2-D C-contiguous float32/float64 device arrays as one GEMM.
 
@@ -232,11 +245,8 @@ def matmul_gpu(generic: Any) -> Any:
     dimension c; C = op(A) @ op(B) is computed as C^T = op(B)^T @ op(A)^T, so the
     operands go in swapped and each transpose flag becomes a GEMM flag."""
     def matmul(xp, a, b, *, transpose_a, transpose_b):
-        lib = _cublas(xp)
-        dims = _gemm_shape(xp, lib, a, b, transpose_a, transpose_b)
-        if dims is None:
+        out = gemm(xp, a, b, transpose_a, transpose_b)
+        if out is None:
             return generic(xp, a, b, transpose_a=transpose_a, transpose_b=transpose_b)
-        out = xp.ndarray(dims[:2], a.dtype)
-        _gemm(xp, lib, a, b, out, transpose_a, transpose_b, *dims, beta=0)
         return out
     return matmul
