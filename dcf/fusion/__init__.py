@@ -8,5 +8,7 @@ code calls; anything the fast path does not take runs the ops one by one.
 - `accumulate`: a loop's gradient sum `acc + MatMul` / `acc + Sum(axis 0)` in place;
 - `gates_grad`: the AddN making an LSTM layer's output gradient, inside LSTMGatesGrad;
 - `matmul_gates`: an LSTM step's gates writing their activations over the product z;
-- `split_matmul`: the one read part of a split of `g @ W^T`, as a GEMM on W's rows.
+- `split_matmul`: the one read part of a split of `g @ W^T`, as a GEMM on W's rows;
+
+and `patterns`, what their pattern finders share.
 """

@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from dcf.errors import node_error
-from dcf.ops.registry import Kind
+from dcf.fusion.patterns import candidates, feeds_only, known_inputs
 from dcf.ops.rnn_ops import gates_grad_sum
 
 __all__ = ["gates_grad_groups", "FusedGatesGrad"]
@@ -41,21 +41,16 @@ def gates_grad_groups(frame_nodes: list, gpu_of: dict, inputs_of: Any,
     `taken` (already fused elsewhere) are left alone."""
     in_frame = {n.id for n in frame_nodes}
     groups: dict = {}
-    for g in frame_nodes:
-        if g.kind != Kind.KERNEL or g.type != "LSTMGatesGrad" or g.id not in gpu_of or \
-                g.pnode.control or g.id in taken:
-            continue
-        ins = inputs_of(g)
-        if len(ins) != 5 or None in ins or any(i[0] is None for i in ins):
+    for g in candidates(frame_nodes, ("LSTMGatesGrad",), gpu_of, taken):
+        ins = known_inputs(inputs_of, g, (5,))
+        if ins is None:
             continue
         s, k = ins[_DH]
-        if k != 0 or s.id not in in_frame or s.id in taken or s.kind != Kind.KERNEL or \
-                s.type not in _SUMS or s.pnode.control or s.n_out != 1 or s.fetch or \
-                s.ctrl_outs or [d for d, _, _ in s.outs[0]] != [g] or \
-                gpu_of.get(s.id) is not gpu_of[g.id]:
+        if k != 0 or s.id not in in_frame or s.type not in _SUMS or \
+                not feeds_only(s, g, gpu_of, taken):
             continue
-        s_ins = inputs_of(s)
-        if len(s_ins) != 2 or None in s_ins or any(i[0] is None for i in s_ins):
+        s_ins = known_inputs(inputs_of, s, (2,))
+        if s_ins is None:
             continue
         groups[g.id] = (s, list(ins[:_DH]) + list(s_ins))
     return groups

@@ -27,8 +27,8 @@ from __future__ import annotations
 from typing import Any
 
 from dcf.errors import node_error
+from dcf.fusion.patterns import candidates, feeds_only, known_inputs
 from dcf.ops.gpu_kernels import gemm
-from dcf.ops.registry import Kind
 from dcf.ops.rnn_ops import gates_into
 
 __all__ = ["matmul_gates_groups", "FusedMatMulGates"]
@@ -39,21 +39,16 @@ def matmul_gates_groups(frame_nodes: list, gpu_of: dict, inputs_of: Any, taken: 
     frame whose product may be overwritten by their activations."""
     in_frame = {n.id for n in frame_nodes}
     groups: dict = {}
-    for g in frame_nodes:
-        if g.kind != Kind.KERNEL or g.type != "LSTMGates" or g.id not in gpu_of or \
-                g.pnode.control or g.id in taken:
-            continue
-        ins = inputs_of(g)
-        if len(ins) not in (2, 3) or None in ins or any(i[0] is None for i in ins):
+    for g in candidates(frame_nodes, ("LSTMGates",), gpu_of, taken):
+        ins = known_inputs(inputs_of, g, (2, 3))
+        if ins is None:
             continue
         m, k = ins[0]
-        if k != 0 or m.id not in in_frame or m.id in taken or \
-                getattr(m, "kind", None) != Kind.KERNEL or m.type != "MatMul" or \
-                m.pnode.control or m.n_out != 1 or m.fetch or m.ctrl_outs or \
-                [d for d, _, _ in m.outs[0]] != [g] or gpu_of.get(m.id) is not gpu_of[g.id]:
+        if k != 0 or m.id not in in_frame or m.type != "MatMul" or \
+                not feeds_only(m, g, gpu_of, taken):
             continue
-        m_ins = inputs_of(m)
-        if len(m_ins) != 2 or None in m_ins or any(i[0] is None for i in m_ins):
+        m_ins = known_inputs(inputs_of, m, (2,))
+        if m_ins is None:
             continue
         groups[g.id] = (m, list(m_ins) + list(ins[1:]))
     return groups

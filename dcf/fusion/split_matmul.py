@@ -26,8 +26,8 @@ from __future__ import annotations
 from typing import Any
 
 from dcf.errors import node_error
+from dcf.fusion.patterns import candidates, feeds_only, known_inputs
 from dcf.ops.gpu_raw import c_contiguous
-from dcf.ops.registry import Kind
 
 __all__ = ["split_matmul_groups", "FusedSplitMatMul"]
 
@@ -36,32 +36,27 @@ def split_matmul_groups(frame_nodes: list, gpu_of: dict, inputs_of: Any, taken: 
     """SplitV node id -> (MatMul node, leaves [g, W], used output, row start, row end)
     for the splits of one frame whose used part may be computed alone."""
     groups: dict = {}
-    for s in frame_nodes:
-        if s.kind != Kind.KERNEL or s.type != "SplitV" or s.id not in gpu_of or \
-                s.pnode.control or s.id in taken or s.fetch or s.ctrl_outs:
+    for s in candidates(frame_nodes, ("SplitV",), gpu_of, taken):
+        if s.fetch or s.ctrl_outs:
             continue
         attrs = s.pnode.attrs
         sizes, axis = attrs.get("sizes"), attrs.get("axis")
-        ins = inputs_of(s)
-        if sizes is None or -1 in sizes or len(ins) != 1 or ins[0] is None or \
-                ins[0][0] is None or ins[0][1] != 0:
+        ins = known_inputs(inputs_of, s, (1,))
+        if sizes is None or -1 in sizes or ins is None or ins[0][1] != 0:
             continue
         used = [k for k in range(s.n_out) if s.outs[k]]
         if len(used) != 1 or s.n_out < 2 or len(sizes) != s.n_out:
             continue
         m = ins[0][0]
-        if getattr(m, "kind", None) != Kind.KERNEL or m.type != "MatMul":
-            continue                  # a feed, or any other producer
+        if getattr(m, "type", None) != "MatMul" or not feeds_only(m, s, gpu_of, taken):
+            continue                  # a feed, any other producer, or other readers
         ma = m.pnode.attrs
-        if m.id in taken or \
-                m.pnode.control or m.n_out != 1 or m.fetch or m.ctrl_outs or \
-                [d for d, _, _ in m.outs[0]] != [s] or gpu_of.get(m.id) is not gpu_of[s.id] or \
-                ma.get("transpose_a", False) or not ma.get("transpose_b", False):
+        if ma.get("transpose_a", False) or not ma.get("transpose_b", False):
             continue
         if axis not in (-1, 1):     # the last axis of a 2-D product (checked when it runs)
             continue
-        m_ins = inputs_of(m)
-        if len(m_ins) != 2 or None in m_ins or any(i[0] is None for i in m_ins):
+        m_ins = known_inputs(inputs_of, m, (2,))
+        if m_ins is None:
             continue
         k = used[0]
         r0 = sum(sizes[:k])
