@@ -73,8 +73,7 @@ class FusedMatMulGates:
 
     def __call__(self, a: Any, w: Any, c: Any, *rest: Any) -> Any:
         self.calls += 1
-        it = rest[-1]
-        b = rest[0] if len(rest) == 2 else None
+        *b, it = rest                   # the gates' bias, where they have one
         self.gpu.make_current()
         try:                # the GEMM directly; anything else through the MatMul's kernel
             z = gemm(self.cp, a, w, self.transpose_a, self.transpose_b)
@@ -87,10 +86,10 @@ class FusedMatMulGates:
                 raise node_error(self.matmul, it, e) from e
             self.gpu.make_current()
         try:
-            got = gates_into(self.cp, z, c, b, self.forget_bias)
+            got = gates_into(self.cp, z, c, b[0] if b else None, self.forget_bias)
         except MemoryError:
             got = None
         if got is not None:
             self.into += 1
             return got
-        return self.gates.fn(z, c) if b is None else self.gates.fn(z, c, b)
+        return self.gates.fn(z, c, *b)

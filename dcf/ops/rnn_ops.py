@@ -232,21 +232,17 @@ def _raw_kernel(which: str) -> RawLoop:
                         "    const T c = c_[i], c_new = c_new_[i], dc = dc_[i];\n"
                         f"    const T dh = {_DH_READ[n]};\n"
                         "    T dc_prev;" + _GATES_GRAD_CUDA + "    dc_prev_[i] = dc_prev;")
-        elif which.startswith("fwd_into"):   # the activations written over z
-            addend = which[9:]
-            k = RawLoop("dcf_lstm_gates_into" + (f"_{addend}" if addend else ""),
-                        "T* z, const T* __restrict__ c_, const T fb, const long long u, " +
+        else:   # "fwd", "fwd_row", "fwd_full" (see _Z); "fwd_into...": acts written over z
+            into = which.startswith("fwd_into")
+            addend = which[9:] if into else which[4:]
+            k = RawLoop(("dcf_lstm_gates_into" if into else "dcf_lstm_gates_raw") +
+                        (f"_{addend}" if addend else ""),
+                        ("T* z, " if into else "const T* __restrict__ z, ") +
+                        "const T* __restrict__ c_, const T fb, const long long u, " +
                         ("const T* __restrict__ bias, " if addend else "") +
-                        "T* __restrict__ c_new_, T* __restrict__ h_new_",
-                        "    T* const acts = z;\n    const T c = c_[i];\n    T c_new, h_new;" +
-                        _gates_source(addend) + "    c_new_[i] = c_new; h_new_[i] = h_new;")
-        else:
-            addend = which[4:]
-            k = RawLoop("dcf_lstm_gates_raw" + (f"_{addend}" if addend else ""),
-                        "const T* __restrict__ z, const T* __restrict__ c_, const T fb, "
-                        "const long long u, " +
-                        ("const T* __restrict__ bias, " if addend else "") +
-                        "T* __restrict__ c_new_, T* __restrict__ h_new_, T* __restrict__ acts",
+                        "T* __restrict__ c_new_, T* __restrict__ h_new_" +
+                        ("" if into else ", T* __restrict__ acts"),
+                        ("    T* const acts = z;\n" if into else "") +
                         "    const T c = c_[i];\n    T c_new, h_new;" + _gates_source(addend) +
                         "    c_new_[i] = c_new; h_new_[i] = h_new;")
         _raw_kernels[which] = k
@@ -280,24 +276,30 @@ def _fusable(xp, *arrays) -> bool:
     return True
 
 
+def _addend_form(z: Any, b: Any, u: int) -> str | None:
+    """How the gates' kernels take the addend b (see _Z): "" (none), "_row" (a [4u] row)
+    or "_full" (shaped like z); None where b is neither, or not an array of z's kind and
+    dtype."""
+    if b is None:
+        return ""
+    if type(b) is not type(z) or b.dtype != z.dtype:
+        return None
+    if b.shape == (4 * u,):
+        return "_row"
+    return "_full" if b.shape == z.shape else None
+
+
 def _gates_gpu(xp, z, c, b=None, *, forget_bias):
     if not _fusable(xp, z, c) or z.dtype != c.dtype:
         return _gates(xp, z, c, b, forget_bias=forget_bias)
     u = c.shape[1]
     if z.shape[1] != 4 * u or z.shape[0] != c.shape[0]:
         return _gates(xp, z, c, b, forget_bias=forget_bias)
-    which, extra = "fwd", ()
-    if b is not None:
-        # the addend inside the kernel (one launch, no z + b temporary), as a row or full
-        if type(b) is not type(z) or b.dtype != z.dtype:
-            return _gates(xp, z, c, b, forget_bias=forget_bias)
-        if b.shape == (4 * u,):
-            which = "fwd_row"
-        elif b.shape == z.shape:
-            which = "fwd_full"
-        else:
-            return _gates(xp, z, c, b, forget_bias=forget_bias)
-        extra = (b if c_contiguous(b) else xp.ascontiguousarray(b),)
+    form = _addend_form(z, b, u)   # the addend inside the kernel: one launch, no z + b
+    if form is None:
+        return _gates(xp, z, c, b, forget_bias=forget_bias)
+    which = "fwd" + form
+    extra = () if b is None else (b if c_contiguous(b) else xp.ascontiguousarray(b),)
     if not c_contiguous(z):
         z = xp.ascontiguousarray(z)
     raw = RawLoop.available(xp) and c_contiguous(c)
@@ -330,17 +332,10 @@ def gates_into(xp: Any, z: Any, c: Any, b: Any, forget_bias: float) -> Any:
     if dt.kind != "f" or dt.itemsize < 4 or z.dtype != dt or z.shape != (rows, 4 * u) or \
             not c_contiguous(z) or not c_contiguous(c):
         return None
-    which, extra = "fwd_into", ()
-    if b is not None:
-        if type(b) is not nd or b.dtype != dt or not c_contiguous(b):
-            return None
-        if b.shape == (4 * u,):
-            which = "fwd_into_row"
-        elif b.shape == z.shape:
-            which = "fwd_into_full"
-        else:
-            return None
-        extra = (b,)
+    form = _addend_form(z, b, u)
+    if form is None or (b is not None and not c_contiguous(b)):
+        return None
+    which, extra = "fwd_into" + form, (() if b is None else (b,))
     c_new = nd(c.shape, dt)
     h_new = nd(c.shape, dt)
     _raw_kernel(which)(xp, dt, c.size, (z, c, dt.type(forget_bias), np.int64(u)) + extra +
