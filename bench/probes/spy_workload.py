@@ -1,0 +1,47 @@
+"""Timed steps of one GPU workload for an outside sampling profiler (py-spy; cProfile
+inflates every Python call):
+
+    py-spy record -r 1000 -f raw -o OUT.txt -- python -m bench.probes.spy_workload KIND SECONDS
+    python -m bench.probes.spy_summary OUT.txt
+
+KIND: mp1_B / mp2_B (model_parallel's 8-layer LSTM on 1 or 2 GPUs at batch B), dyn_B /
+sta_B (static_vs_dynamic's dynamic or unrolled LSTM at batch B). Two warm-up steps, then
+steps for SECONDS inside `timed()`, which spy_summary keeps."""
+import sys, time
+import numpy as np
+from bench import gpu_common as G
+from dcf import gpu_devices
+
+
+def build(kind):
+    name, b = kind.split("_")
+    b = int(b)
+    if name.startswith("mp"):
+        from bench.model_parallel import MultiLayerLSTM
+        m = MultiLayerLSTM(["/gpu:0", "/gpu:1"][:int(name[2:])], 8, b, 1024, 1024, 32)
+        G.gpu_device(0).activate()
+        xv = gpu_devices.backend().asarray(
+            (np.random.default_rng(0).standard_normal((100, b, 1024)) * 0.1).astype(np.float32))
+        return m, xv
+    from bench.static_vs_dynamic_gpu import GpuLstm
+    from bench.lstm_swap import _input
+    return GpuLstm({"dyn": "dynamic", "sta": "static"}[name], 200, b, 512, 512), \
+        _input(200, b, 512, False)
+
+
+def timed(m, xv, secs):
+    t_end, ts = time.perf_counter() + secs, []
+    while time.perf_counter() < t_end:
+        t0 = time.perf_counter()
+        m.step(xv)
+        ts.append(time.perf_counter() - t0)
+    return sorted(ts)
+
+
+kind, secs = sys.argv[1], float(sys.argv[2])
+m, xv = build(kind)
+m.step(xv); m.step(xv); G.sync_all()
+ts = timed(m, xv, secs)
+print(f"{kind}: {len(ts)} steps, median {1e3 * ts[len(ts) // 2]:.1f} ms, min {1e3 * ts[0]:.1f}",
+      flush=True)
+m.close()
