@@ -318,7 +318,9 @@ class _Codegen:
             self.vguard[(m.id, 1)] = ()
             self.node_dead[m.id] = f"(v{m.id}_0 is DEAD)" if entry_dead else None
             self.emit(b, f"v{m.id}_0 = m{m.id}")
-            self.emit(b, f"v{m.id}_1 = _I1 if {itv} else _I0")
+            if (len(m.outs) > 1 and m.outs[1]) or any(
+                    n is m and k == 1 for n, k in self.cf.plan.fetch_refs):
+                self.emit(b, f"v{m.id}_1 = _I1 if {itv} else _I0")   # value_index, if read
         nexts: list[tuple[NodeInfo, NodeInfo]] = []
         self.scope(self.order(f, loop_merges), b, itv, nexts)
         if not nexts:

@@ -7,7 +7,7 @@ inflates every Python call):
 KIND: mp1_B / mp2_B (model_parallel's 8-layer LSTM on 1 or 2 GPUs at batch B), dyn_B /
 sta_B (static_vs_dynamic's dynamic or unrolled LSTM at batch B). Two warm-up steps, then
 steps for SECONDS inside `timed()`, which spy_summary keeps."""
-import sys, time
+import os, sys, time
 import numpy as np
 from bench import gpu_common as G
 from dcf import gpu_devices
@@ -25,8 +25,9 @@ def build(kind):
         return m, xv
     from bench.static_vs_dynamic_gpu import GpuLstm
     from bench.lstm_swap import _input
-    return GpuLstm({"dyn": "dynamic", "sta": "static"}[name], 200, b, 512, 512), \
-        _input(200, b, 512, False)
+    units = int(os.environ.get("DCF_PROBE_UNITS", 512))   # small: stand-in GPUs on a CPU
+    return GpuLstm({"dyn": "dynamic", "sta": "static"}[name], 200, b, units, units), \
+        _input(200, b, units, False)
 
 
 def timed(m, xv, secs):
@@ -38,10 +39,11 @@ def timed(m, xv, secs):
     return sorted(ts)
 
 
-kind, secs = sys.argv[1], float(sys.argv[2])
-m, xv = build(kind)
-m.step(xv); m.step(xv); G.sync_all()
-ts = timed(m, xv, secs)
-print(f"{kind}: {len(ts)} steps, median {1e3 * ts[len(ts) // 2]:.1f} ms, min {1e3 * ts[0]:.1f}",
-      flush=True)
-m.close()
+if __name__ == "__main__":
+    kind, secs = sys.argv[1], float(sys.argv[2])
+    m, xv = build(kind)
+    m.step(xv); m.step(xv); G.sync_all()
+    ts = timed(m, xv, secs)
+    print(f"{kind}: {len(ts)} steps, median {1e3 * ts[len(ts) // 2]:.1f} ms, min {1e3 * ts[0]:.1f}",
+          flush=True)
+    m.close()

@@ -452,8 +452,11 @@ class GpuDevice:
         if t is np.ndarray:
             return self.to_device(out, what) if out.ndim and out.dtype.kind in "fc" else out
         if t is tuple:
-            up = tuple(self.upload(o, what) for o in out)
-            return out if all(a is b for a, b in zip(up, out)) else up
+            for o in out:
+                if type(o) is tuple or (type(o) is np.ndarray and o.ndim and
+                                        o.dtype.kind in "fc"):
+                    up = tuple(self.upload(o, what) for o in out)
+                    return out if all(a is b for a, b in zip(up, out)) else up
         return out
 
     def _oom_text(self, what: str, e: BaseException) -> str:
@@ -963,6 +966,10 @@ _HOST_OPS = frozenset({"Shape", "Size", "Rank", "ShapeN", "BroadcastGradientArgs
 _DEVICE_OPS = frozenset({"TensorArrayReadV3", "TensorArrayGatherV3", "TensorArrayStack",
                          "TensorArrayConcatV3"})
 _NO_SWAP_PRODUCERS = frozenset({"ReadVariableOp", "Const", "VarHandleOp", "Enter"})
+# TensorArray bookkeeping: host objects in, host objects out, no device work (a write
+# stores the value it is given, wherever it lives): the kernel itself, no wrapper
+_TENSOR_ARRAY_HOST_OPS = frozenset({"TensorArrayV3", "TensorArrayGradV3",
+                                    "TensorArrayWriteV3"})
 
 
 def _bind(gpu: GpuDevice, p: Any, kw: dict) -> Any:
@@ -989,9 +996,11 @@ def _bind(gpu: GpuDevice, p: Any, kw: dict) -> Any:
         name = p.name
 
         def stack_pop(handle: Any) -> Any:
-            gpu.make_current()
             v = handle.pop()
-            return gpu.upload(v, name) if type(v) is np.ndarray else v
+            if type(v) is np.ndarray:
+                gpu.make_current()
+                return gpu.upload(v, name)
+            return v
         return stack_pop
     if t == "ReadVariableOp":  # likewise: the variable's array (uploaded if on the host)
         name, read = p.name, functools.partial(p.kernel, np, **kw)
@@ -1004,8 +1013,18 @@ def _bind(gpu: GpuDevice, p: Any, kw: dict) -> Any:
                 return gpu.upload(v, name)
             return v
         return read_variable
-    if t in _HOST_OPS:
+    if t in _HOST_OPS or t in _TENSOR_ARRAY_HOST_OPS:
         return functools.partial(p.kernel, np, **kw)
+    if t == "TensorArrayReadV3":   # an element as stored; an unwritten gradient one: zeros
+        name, cp = p.name, gpu.cp
+
+        def ta_read(handle: Any, index: Any, flow: Any) -> Any:
+            gpu.make_current()
+            try:
+                return handle.read(index, cp)
+            except MemoryError as e:
+                raise ResourceExhaustedError(gpu._oom_text(f"{t} '{name}'", e)) from None
+        return ta_read
     opdef = OPS.get(t)
     dev_kernel = (opdef.gpu_kernel if opdef is not None and opdef.gpu_kernel is not None
                   else p.kernel)

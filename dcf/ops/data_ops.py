@@ -64,7 +64,7 @@ class TensorArrayStore:
                 f"write of a {getattr(value, 'dtype', type(value))} value to index {i} of "
                 f"{self._describe()} which holds {self.dtype}")
         shape = tuple(getattr(value, "shape", ()))
-        if self.infer_shape:
+        if self.infer_shape and shape != self.element_shape:   # equal: known and alike
             if self.element_shape is None:
                 self.element_shape = shape
             elif not _compatible(self.element_shape, shape):
@@ -130,6 +130,27 @@ class TensorArrayStore:
         for k, i in enumerate(idx):
             self.write(i, value[k][()] if value.ndim == 1 else value[k])
 
+    def unstack(self, value: Any, indices: Any = None, accumulate: bool = False) -> None:
+        """value[k] to index k for every row k (scatter to 0..n-1): where that fills an
+        empty array of n elements, the first row is written with a write's checks and
+        the others, alike, are placed as they are (one check for all rows)."""
+        value = _as_array(value)
+        n = value.shape[0] if value.ndim else -1
+        if n > 0 and value.ndim > 1 and n == len(self.elements) and \
+                all(e is None for e in self.elements) and not any(self.read_once) and \
+                (indices is None or _is_range(indices, n)):
+            rows = _rows(value)
+            self.write(0, rows[0], accumulate)
+            self.elements[1:] = rows[1:]
+            return
+        if indices is None:
+            indices = np.arange(max(n, 0))
+        if accumulate:
+            for k, i in enumerate(_host(indices).reshape(-1)):
+                self.write(i, value[k][()] if value.ndim == 1 else value[k], accumulate=True)
+        else:
+            self.scatter(indices, value)
+
     def split(self, value: Any, lengths: Any) -> None:
         value = _as_array(value)
         start = 0
@@ -146,6 +167,23 @@ def _module_of(vals: list) -> Any:
 
             return array_module(v)
     return np
+
+
+def _rows(v: Any) -> list:
+    """[v[0], v[1], ...] as views: numpy's iteration, or, for a GPU array, views made
+    directly (a pointer into v, its strides; cupy's indexing costs more host time)."""
+    if type(v) is np.ndarray:
+        return list(v)
+    mem, st = getattr(v, "data", None), v.strides
+    if st[0] > 0 and hasattr(mem, "ptr") and hasattr(type(mem), "__add__"):
+        mk, shape, dt, step, inner = type(v), v.shape[1:], v.dtype, st[0], st[1:]
+        return [mk(shape, dt, mem + k * step, inner) for k in range(v.shape[0])]
+    return [v[k] for k in range(v.shape[0])]
+
+
+def _is_range(indices: Any, n: int) -> bool:
+    h = _host(indices).reshape(-1)
+    return h.shape[0] == n and bool((h == np.arange(n)).all())
 
 
 def _as_array(v: Any) -> Any:
@@ -191,7 +229,9 @@ def _ta_scatter(xp, handle, indices, value, flow):
 
 
 def _ta_unstack(xp, handle, value, flow):
-    handle.scatter(np.arange(value.shape[0]), value)
+    if not getattr(value, "ndim", 0):
+        raise InvalidArgumentError(f"unstack of a scalar into {handle._describe()}")
+    handle.unstack(value)
     return _FLOW_VALUE
 
 
@@ -219,9 +259,7 @@ def _ta_write_accumulate(xp, handle, index, value, flow):
 
 
 def _ta_scatter_accumulate(xp, handle, indices, value, flow):
-    value = _as_array(value)
-    for k, i in enumerate(_host(indices).reshape(-1)):
-        handle.write(i, value[k][()] if value.ndim == 1 else value[k], accumulate=True)
+    handle.unstack(value, indices, accumulate=True)
     return _FLOW_VALUE
 
 

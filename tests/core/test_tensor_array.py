@@ -292,3 +292,75 @@ def test_errors_in_a_nested_loop_name_the_inner_frame_and_its_iteration(compiled
         r"'outer/row' \(size 2, dynamic_size=False\)",
     ):
         run_graph(ta.stack(), config=compiled)
+
+
+# ------------------------------------------------------ unstack: all rows at once
+def _store(n, **kw):
+    from dcf.ops.data_ops import TensorArrayStore
+
+    args = dict(dynamic_size=False, clear_after_read=False, element_shape=None, infer_shape=True)
+    args.update(kw)
+    return TensorArrayStore("arr", dcf.float32, n, **args)
+
+
+@pytest.mark.parametrize("layout", ["c", "transposed", "strided"])
+def test_unstack_places_row_views_that_read_back_as_numpy_rows(layout):
+    from dcf.ops.data_ops import _rows
+
+    base = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(6, 4, 5)
+    v = {"c": base[:3], "transposed": base[:3].transpose(0, 2, 1), "strided": base[::2]}[layout]
+    rows = _rows(v)
+    assert [r.shape for r in rows] == [v.shape[1:]] * 3
+    for k, r in enumerate(rows):
+        np.testing.assert_array_equal(r, v[k])
+    s = _store(3)
+    s.unstack(v)
+    for k in range(3):
+        np.testing.assert_array_equal(s.read(k), v[k])
+    assert s.element_shape == v.shape[1:]
+
+
+def test_unstack_of_a_wrong_dtype_or_shape_names_the_array():
+    s = _store(2, element_shape=(3,))
+    with pytest.raises(InvalidArgumentError, match="float64 value to index 0 of TensorArray 'arr'"):
+        s.unstack(np.zeros((2, 3)))
+    with pytest.raises(InvalidArgumentError, match=r"shape \[4\] to index 0 of TensorArray 'arr'"):
+        s.unstack(np.zeros((2, 4), np.float32))
+    assert s.elements == [None, None]
+
+
+def test_unstack_into_an_array_with_a_written_element_checks_each_row():
+    s = _store(3)
+    s.write(1, np.ones(2, np.float32))
+    with pytest.raises(InvalidArgumentError, match=r"index 1 of TensorArray 'arr' \(size 3.*was already written"):
+        s.unstack(np.zeros((3, 2), np.float32))
+
+
+def test_unstack_accumulate_adds_to_written_rows_and_fills_empty_ones():
+    v = np.arange(6, dtype=np.float32).reshape(3, 2)
+    empty = _store(3)
+    empty.unstack(v, np.arange(3), accumulate=True)          # all rows at once
+    np.testing.assert_array_equal(np.stack([empty.read(k) for k in range(3)]), v)
+    part = _store(3)
+    part.write(2, np.full(2, 10, np.float32))
+    part.unstack(v, np.arange(3), accumulate=True)           # row by row
+    np.testing.assert_array_equal(part.read(2), v[2] + 10)
+    np.testing.assert_array_equal(part.read(0), v[0])
+    other = _store(3)
+    other.unstack(v, np.array([2, 0, 1]), accumulate=True)   # not 0..n-1: row by row
+    np.testing.assert_array_equal(other.read(2), v[0])
+    np.testing.assert_array_equal(other.read(1), v[2])
+
+
+def test_unstack_of_fewer_rows_than_elements_leaves_the_rest_unwritten():
+    s = _store(3)
+    s.unstack(np.ones((2, 2), np.float32))
+    assert s.elements[2] is None
+    with pytest.raises(OutOfRangeError, match="write of index 3 to TensorArray 'arr'"):
+        _store(3).unstack(np.ones((4, 2), np.float32))
+
+
+def test_unstack_of_a_scalar_names_the_array(run_graph):
+    ta = dcf.TensorArray(dcf.float32, size=1, name="arr")
+    with pytest.raises(InvalidArgumentError, match="unstack of a scalar into TensorArray 'arr'"):
+        run_graph(ta.unstack(dcf.constant(1.0)).read(0))
