@@ -22,6 +22,7 @@ import numpy as np
 
 from dcf.dtypes import NUMPY_SCALARS
 from dcf.errors import InvalidArgumentError, node_error
+from dcf.ops.data_ops import StackStore
 from dcf.ops.registry import Kind
 from dcf.plan import ExecPlan, FrameInfo, NodeInfo
 from dcf.token import DEAD
@@ -811,6 +812,9 @@ class _Codegen:
         if n.type == "Const" and not args:
             self.env[f"_C{n.id}"] = n.fn()  # hoisted: the value never changes
             return f"_C{n.id}"
+        if n.type in ("StackPushV2", "StackPopV2") and grp is None and \
+                all(_NAME.fullmatch(a) for a in args):
+            return self.stack_op(n, args)
         if n.type in _INLINE and n.n_out == 1 and self.cf.plan.xp is np and \
                 n.id not in self.cf.plan.gpu_of:  # GPU: call fn (it picks device/stream)
             return _INLINE[n.type].format(*args)
@@ -834,6 +838,23 @@ class _Codegen:
         else:
             self.env[f"f{n.id}"] = n.fn
         return f"f{n.id}({', '.join(args)})"
+
+    def stack_op(self, n: NodeInfo, args: list) -> str:
+        """A push or pop of a gradient stack, inline for a plain StackStore (a list's
+        append or pop, where the bound kernel costs a call or two more); the kernel for
+        anything else: a GPU stack that may swap, an empty stack's error, a host value
+        popped on a GPU (uploaded)."""
+        self.env[f"f{n.id}"] = n.fn
+        self.env["_SS"] = StackStore
+        h = args[0]
+        if n.type == "StackPushV2":
+            v = args[1]
+            return f"({v} if type({h}) is _SS and not {h}.items.append({v}) else f{n.id}({h}, {v}))"
+        test = f"type({h}) is _SS and {h}.items"
+        if n.id in self.cf.plan.gpu_of:
+            self.env["_NPA"] = np.ndarray
+            test += f" and type({h}.items[-1]) is not _NPA"
+        return f"({h}.items.pop() if {test} else f{n.id}({h}))"
 
     def next_iteration(self, n: NodeInfo, b: int, nexts: list) -> None:
         src, k = self.inputs(n)[0]

@@ -931,7 +931,6 @@ class GpuStackStore(StackStore):
 
     def push(self, value: Any, swappable: bool = True) -> Any:
         self.items.append(self.gpu.swapper.push(value, swappable))
-        self.pushes += 1
         return value
 
     def pop(self) -> Any:

@@ -399,17 +399,16 @@ def print_(input_: Any, data: list | None = None, message: str = "", summarize: 
 class StackStore:
     """A LIFO of saved forward values (one per loop value the gradient needs)."""
 
-    __slots__ = ("name", "items", "swap_memory", "pushes")
+    __slots__ = ("name", "items", "swap_memory")
 
     def __init__(self, name: str, swap_memory: bool) -> None:
         self.name = name
         self.items: list[Any] = []
         self.swap_memory = swap_memory
-        self.pushes = 0
 
     def push(self, value: Any) -> Any:
+        # (compiled frames push and pop a StackStore's items inline: frame_compiler.call)
         self.items.append(value)
-        self.pushes += 1
         return value
 
     def pop(self) -> Any:
