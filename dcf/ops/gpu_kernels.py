@@ -32,28 +32,41 @@ __all__ = ["concat_gpu", "sum_gpu", "split_gpu", "matmul_gpu", "gemm", "gemm_acc
            "colsum_accumulate"]
 
 _D2D = 3   # cudaMemcpyDeviceToDevice
+_ident = threading.get_ident
 
 
 def concat_gpu(generic: Any) -> Any:
-    def concat(xp, *xs, axis):
+    backends: dict = {}    # id(xp) -> (ndarray type, memcpy2DAsync, get_current_stream) | None
+
+    def backend(xp: Any) -> Any:
         rt = getattr(getattr(xp, "cuda", None), "runtime", None)
+        b = backends[id(xp)] = (xp.ndarray, rt.memcpy2DAsync, xp.cuda.get_current_stream) \
+            if rt is not None and hasattr(rt, "memcpy2DAsync") else None
+        return b
+
+    def concat(xp, *xs, axis):
+        b = backends.get(id(xp), False)
+        if b is False:
+            b = backend(xp)
         first = xs[0]
-        nd = xp.ndarray
-        if rt is None or not hasattr(rt, "memcpy2DAsync") or type(first) is not nd:
+        if b is None or type(first) is not b[0]:
             return generic(xp, *xs, axis=axis)
-        r = first.ndim
+        nd, copy, stream_of = b
+        shape, dt = first.shape, first.dtype
+        r = len(shape)
         a = axis + r if axis < 0 else axis
-        dt = first.dtype
         if r == 0 or not 0 <= a < r:
             return generic(xp, *xs, axis=axis)
-        lead, tail = first.shape[:a], first.shape[a + 1:]
+        lead, tail = shape[:a], shape[a + 1:]
         total = 0
         for x in xs:
-            if type(x) is not nd or x.dtype != dt or x.ndim != r or \
-                    not c_contiguous(x) or x.shape[:a] != lead or x.shape[a + 1:] != tail:
+            if type(x) is not nd or not x._c_contiguous or x.dtype != dt:
                 return generic(xp, *xs, axis=axis)
-            total += x.shape[a]
-        out = xp.ndarray(lead + (total,) + tail, dt)     # cupy.empty without its wrapper
+            xs_ = x.shape
+            if len(xs_) != r or xs_[:a] != lead or xs_[a + 1:] != tail:
+                return generic(xp, *xs, axis=axis)
+            total += xs_[a]
+        out = nd(lead + (total,) + tail, dt)     # cupy.empty without its wrapper
         rows = 1
         for d in lead:
             rows *= d
@@ -63,14 +76,13 @@ def concat_gpu(generic: Any) -> Any:
         pitch = total * inner
         if rows == 0 or pitch == 0:
             return out
-        stream = xp.cuda.get_current_stream().ptr
-        copy = rt.memcpy2DAsync
-        dst, off = out.data.ptr, 0
+        stream = stream_of().ptr
+        dst = out.data.ptr
         for x in xs:
             width = x.shape[a] * inner
             if width:
-                copy(dst + off, pitch, x.data.ptr, width, width, rows, _D2D, stream)
-                off += width
+                copy(dst, pitch, x.data.ptr, width, width, rows, _D2D, stream)
+                dst += width
         return out
     return concat
 
@@ -159,7 +171,7 @@ def _handle(xp, lib, device: int) -> int:
     """A cuBLAS handle for this thread and device that only these GEMMs use (not cupy's
     shared one), so the stream it was last given is known and set only when it changes
     (a `setStream` per GEMM was ~1 us of the host's time in an LSTM step)."""
-    key = (threading.get_ident(), device)
+    key = (_ident(), device)
     h = _HANDLES.get(key)
     if h is None:
         h = _HANDLES[key] = lib.create()            # on the current device: `device`
@@ -170,12 +182,14 @@ def _handle(xp, lib, device: int) -> int:
 def _gemm_shape(xp, lib, a, b, transpose_a, transpose_b) -> tuple | None:
     """(m, n, k, device) of op(a) @ op(b) where one GEMM computes it, else None."""
     nd = xp.ndarray
-    if lib is None or type(a) is not nd or type(b) is not nd or a.ndim != 2 or \
-            b.ndim != 2 or a.dtype != b.dtype or a.dtype.char not in "fd" or \
-            not c_contiguous(a) or not c_contiguous(b):
+    if lib is None or type(a) is not nd or type(b) is not nd:
         return None
-    m, k = (a.shape[1], a.shape[0]) if transpose_a else a.shape
-    kb, n = (b.shape[1], b.shape[0]) if transpose_b else b.shape
+    sa, sb, dt = a.shape, b.shape, a.dtype
+    if len(sa) != 2 or len(sb) != 2 or dt != b.dtype or dt.char not in "fd" or \
+            not a._c_contiguous or not b._c_contiguous:      # (cupy arrays: type checked)
+        return None
+    m, k = (sa[1], sa[0]) if transpose_a else sa
+    kb, n = (sb[1], sb[0]) if transpose_b else sb
     dev = a.data.device_id
     if k != kb or not (m and n and k) or dev != b.data.device_id:
         return None
@@ -183,13 +197,14 @@ def _gemm_shape(xp, lib, a, b, transpose_a, transpose_b) -> tuple | None:
 
 
 def _gemm(xp, lib, a, b, out, transpose_a, transpose_b, m, n, k, dev, beta) -> None:
-    sc = _scalars(a.dtype)
+    char = a.dtype.char
+    sc = _GEMM_SCALARS.get(char) or _scalars(a.dtype)
     h = _handle(xp, lib, dev)
     stream = xp.cuda.get_current_stream().ptr
     if _STREAM_OF.get(h) != stream:
         lib.setStream(h, stream)
         _STREAM_OF[h] = stream
-    (lib.sgemm if a.dtype.char == "f" else lib.dgemm)(
+    (lib.sgemm if char == "f" else lib.dgemm)(
         h, 1 if transpose_b else 0, 1 if transpose_a else 0, n, m, k, sc[2],
         b.data.ptr, b.shape[1], a.data.ptr, a.shape[1], sc[2] if beta else sc[3],
         out.data.ptr, n)
