@@ -29,7 +29,7 @@ from bench.lstm_swap import _input, _measure_paired, _warm
 
 class GpuLstm:
     def __init__(self, kind: str, seq: int, batch: int, inp: int, units: int,
-                 budget: int | None = None) -> None:
+                 budget: int | None = None, parallel_iterations: int = 32) -> None:
         import dcf
 
         t0 = time.perf_counter()
@@ -39,7 +39,8 @@ class GpuLstm:
             cell = dcf.nn.LSTMCell(units, name="lstm")
             if kind == "dynamic":
                 out, _ = dcf.nn.dynamic_rnn(cell, self.x, dtype=dcf.float32,
-                                            time_major=True, parallel_iterations=32)
+                                            time_major=True,
+                                            parallel_iterations=parallel_iterations)
             else:
                 outs, _ = dcf.nn.static_rnn(cell, dcf.unstack(self.x, axis=0),
                                             dtype=dcf.float32)

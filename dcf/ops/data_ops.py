@@ -103,7 +103,17 @@ class TensorArrayStore:
         return v
 
     def stack(self, indices: Any = None) -> Any:
-        idx = range(len(self.elements)) if indices is None else [int(i) for i in indices]
+        els = self.elements
+        if indices is None and els and all(v is not None for v in els):
+            t = type(els[0])       # every element written, all arrays of one kind: as they are
+            if (t is np.ndarray or hasattr(t, "__cuda_array_interface__")) and \
+                    all(type(v) is t for v in els):
+                out = _module_of(els[:1]).stack(els)
+                if self.clear_after_read:      # what reading each would have done
+                    n = len(els)
+                    self.elements, self.read_once = [None] * n, [True] * n
+                return out
+        idx = range(len(els)) if indices is None else [int(i) for i in indices]
         vals = [self.read(i) for i in idx]
         if not vals:
             shape = self.element_shape if self.element_shape is not None and \

@@ -364,3 +364,20 @@ def test_unstack_of_a_scalar_names_the_array(run_graph):
     ta = dcf.TensorArray(dcf.float32, size=1, name="arr")
     with pytest.raises(InvalidArgumentError, match="unstack of a scalar into TensorArray 'arr'"):
         run_graph(ta.unstack(dcf.constant(1.0)).read(0))
+
+
+@pytest.mark.parametrize("clear", [True, False])
+def test_stack_of_a_full_array_equals_numpy_and_clears_as_reads_would(clear):
+    v = np.arange(12, dtype=np.float32).reshape(3, 2, 2)
+    s = _store(3, clear_after_read=clear)
+    s.unstack(v)
+    np.testing.assert_array_equal(s.stack(), v)
+    if clear:
+        with pytest.raises(InvalidArgumentError, match="index 0 .* already read and cleared"):
+            s.read(0)
+    else:
+        np.testing.assert_array_equal(s.stack(), v)
+    part = _store(3, clear_after_read=clear)        # an unwritten element: the read's error
+    part.write(0, v[0])
+    with pytest.raises(InvalidArgumentError, match="read of index 1 .* never written"):
+        part.stack()
