@@ -381,3 +381,51 @@ def test_stack_of_a_full_array_equals_numpy_and_clears_as_reads_would(clear):
     part.write(0, v[0])
     with pytest.raises(InvalidArgumentError, match="read of index 1 .* never written"):
         part.stack()
+
+
+# ------------------------------------------------ slots: a producer writes in place
+def _alloc(shape, dtype, what):
+    return np.full(shape, np.nan, dtype)
+
+
+@pytest.mark.parametrize("clear", [True, False])
+def test_rows_handed_out_by_slot_stack_as_the_buffer_itself(clear):
+    s = _store(3, clear_after_read=clear)
+    for i in (2, 0, 1):
+        row = s.slot(i, (2,), np.float32, _alloc)
+        row[...] = i + 1                            # the producer writes its row
+        s.write(i, row)
+    buf = s.buffer
+    out = s.stack()
+    assert out is buf                               # no copy
+    np.testing.assert_array_equal(out, [[1, 1], [2, 2], [3, 3]])
+    assert s.buffer is None                         # given away with the stack
+    if clear:
+        assert s.elements == [None] * 3 and all(s.read_once)
+    else:
+        again = s.stack()                           # a copy now, the same values
+        assert again is not out
+        np.testing.assert_array_equal(again, out)
+
+
+def test_slot_declines_what_it_cannot_hold():
+    grow = _store(2, dynamic_size=True)
+    assert grow.slot(0, (2,), np.float32, _alloc) is None
+    s = _store(2)
+    assert s.slot(2, (2,), np.float32, _alloc) is None           # out of range
+    assert s.slot(0, (2,), np.float64, _alloc) is None           # the array's dtype differs
+    assert s.slot(0, (2,), np.float32, _alloc) is not None
+    assert s.slot(1, (3,), np.float32, _alloc) is None           # another shape than the buffer's
+    s.write(1, np.ones(2, np.float32))
+    assert s.slot(1, (2,), np.float32, _alloc) is None           # written already
+
+
+def test_an_element_that_is_not_its_row_makes_stack_copy():
+    s = _store(3)
+    for i in range(3):
+        row = s.slot(i, (2,), np.float32, _alloc)
+        row[...] = i
+        s.write(i, row if i != 1 else np.full(2, 7, np.float32))   # one value made elsewhere
+    out = s.stack()
+    assert out is not s.buffer
+    np.testing.assert_array_equal(out, [[0, 0], [7, 7], [2, 2]])

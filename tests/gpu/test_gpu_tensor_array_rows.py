@@ -56,3 +56,42 @@ def test_dynamic_rnn_on_the_gpu_unstacks_inputs_and_gradients_as_on_the_cpu():
             got[dev] = s.run(outs, {x: xv})
     for a, b in zip(got["/cpu:0"], got["/gpu:0"]):
         np.testing.assert_allclose(b, a, rtol=2e-5, atol=2e-6)
+
+
+def test_dynamic_rnn_outputs_are_the_arrays_buffer_written_by_the_gates(monkeypatch):
+    """On a GPU with raw kernels the fused gates write h into the output TensorArray's
+    buffer and its stack is that buffer (no copy); the values are the CPU's. (The
+    stand-in has no raw kernels: the gates' own kernel runs and the stack copies.)"""
+    from dcf.ops.data_ops import TensorArrayStore
+
+    given = []
+    orig = TensorArrayStore.stack
+
+    def stack(self, indices=None):
+        buf = self.buffer
+        out = orig(self, indices)
+        given.append(buf is not None and out is buf)
+        return out
+
+    monkeypatch.setattr(TensorArrayStore, "stack", stack)
+    rng = np.random.default_rng(5)
+    xv = rng.standard_normal((9, 4, 6)).astype(np.float32)
+    got = {}
+    for dev in ("/cpu:0", "/gpu:0"):
+        g = dcf.Graph()
+        with g.as_default(), dcf.device(dev):
+            x = dcf.placeholder(dcf.float32, [9, 4, 6])
+            cell = dcf.nn.LSTMCell(8, name="lstm")
+            out, _ = dcf.nn.dynamic_rnn(cell, x, dtype=dcf.float32, time_major=True)
+            loss = dcf.reduce_sum(dcf.square(out))
+            fetch = [out] + dcf.gradients(loss, cell._vars)
+            init = dcf.global_variables_initializer()
+        with dcf.Session(g) as s:
+            s.run(init)
+            given.clear()
+            got[dev] = [s.run(fetch, {x: xv}) for _ in range(2)]      # twice: a fresh buffer each run
+        if dev == "/gpu:0" and not gpu_devices.is_fake():
+            assert given and all(given)
+    for a, b in zip(got["/cpu:0"][1], got["/gpu:0"][1]):
+        np.testing.assert_allclose(b, a, rtol=2e-5, atol=2e-6)
+    np.testing.assert_array_equal(got["/gpu:0"][0][0], got["/gpu:0"][1][0])
