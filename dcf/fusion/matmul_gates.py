@@ -37,12 +37,9 @@ __all__ = ["matmul_gates_groups", "FusedMatMulGates"]
 def matmul_gates_groups(frame_nodes: list, gpu_of: dict, inputs_of: Any, taken: set) -> dict:
     """LSTMGates node id -> (MatMul node, leaves [a, W, c(, b)(, handle, index)], with a
     TensorArray destination) for the gates of one frame whose product may be overwritten
-    by their activations. With a destination (see `ta_destination`; not in a loop whose
-    saved values swap), the last two leaves are the TensorArray write's handle and index."""
+    by their activations. With a destination (see `ta_destination`), the last two leaves
+    are the TensorArray write's handle and index."""
     in_frame = {n.id for n in frame_nodes}
-    # a loop that swaps trades time for memory: no output buffer made whole at its start
-    swapping = any(n.type == "StackPushV2" and n.pnode.attrs.get("swap_memory")
-                   for n in frame_nodes)
     groups: dict = {}
     for g in candidates(frame_nodes, ("LSTMGates",), gpu_of, taken):
         ins = known_inputs(inputs_of, g, (2, 3))
@@ -56,7 +53,7 @@ def matmul_gates_groups(frame_nodes: list, gpu_of: dict, inputs_of: Any, taken: 
         if m_ins is None:
             continue
         leaves = list(m_ins) + list(ins[1:])
-        dest = None if swapping else ta_destination(g, in_frame, gpu_of, inputs_of, taken)
+        dest = ta_destination(g, in_frame, gpu_of, inputs_of, taken)
         groups[g.id] = (m, leaves + (dest or []), dest is not None)
     return groups
 

@@ -142,19 +142,3 @@ def test_static_rnn_gates_write_no_tensor_array(fake_gpus, fused):
     xv = np.random.default_rng(3).standard_normal((3, 2, 2)).astype(np.float32)
     lstm_gradients("/gpu:0", xv, 4, kind="static")
     assert made and not any(f.to_array for f in made)
-
-
-def test_a_swapping_loop_makes_no_output_buffer(fake_gpus, fused):
-    made = fused
-    g = dcf.Graph()
-    with g.as_default(), dcf.device("/gpu:0"):
-        x = dcf.placeholder(dcf.float32, [4, 2, 3])
-        cell = dcf.nn.LSTMCell(4, name="lstm")
-        out, _ = dcf.nn.dynamic_rnn(cell, x, dtype=dcf.float32, time_major=True,
-                                    swap_memory=True)
-        grads = dcf.gradients(dcf.reduce_sum(out), cell._vars)
-        init = dcf.global_variables_initializer()
-    with dcf.Session(g) as s:
-        s.run(init)
-        s.run(grads, {x: np.ones((4, 2, 3), np.float32)})
-    assert made and not any(f.to_array for f in made)
