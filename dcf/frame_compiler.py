@@ -182,10 +182,10 @@ class _Codegen:
                                                      self.taken()).items():
             self.fuse_call(gg, total, leaves,
                            lambda gpu, n, total=total: FusedGatesGrad(gpu, n, total))
-        for gt, (mm, leaves, to_array) in matmul_gates_groups(f.nodes, gpu_of, self.inputs,
-                                                              self.taken()).items():
-            self.fuse_call(gt, mm, leaves, lambda gpu, n, mm=mm, to_array=to_array:
-                           FusedMatMulGates(gpu, n, mm, to_array))
+        for gt, (mm, leaves) in matmul_gates_groups(f.nodes, gpu_of, self.inputs,
+                                                    self.taken()).items():
+            self.fuse_call(gt, mm, leaves,
+                           lambda gpu, n, mm=mm: FusedMatMulGates(gpu, n, mm))
         for sp, (mm, leaves, used, r0, r1) in split_matmul_groups(
                 f.nodes, gpu_of, self.inputs, self.taken()).items():
             self.fuse_call(sp, mm, leaves, lambda gpu, n, mm=mm, used=used, r0=r0, r1=r1:
@@ -418,9 +418,6 @@ class _Codegen:
             k = key(n)
             srcs = [i[0] for i in self.inputs(n) if i is not None and i[0] is not None]
             srcs += self.controls(n)
-            fc = self.fused_call.get(n.id)
-            if fc is not None:           # a fused call reads its leaves: they come first
-                srcs += [i[0] for i in fc[0] if i is not None and i[0] is not None]
             if n.kind == Kind.MERGE and n.merge_n == 1:
                 continue
             for s in srcs:

@@ -35,10 +35,8 @@ __all__ = ["matmul_gates_groups", "FusedMatMulGates"]
 
 
 def matmul_gates_groups(frame_nodes: list, gpu_of: dict, inputs_of: Any, taken: set) -> dict:
-    """LSTMGates node id -> (MatMul node, leaves [a, W, c(, b)(, handle, index)], with a
-    TensorArray destination) for the gates of one frame whose product may be overwritten
-    by their activations. With a destination (see `ta_destination`), the last two leaves
-    are the TensorArray write's handle and index."""
+    """LSTMGates node id -> (MatMul node, leaves [a, W, c(, b)]) for the gates of one
+    frame whose product may be overwritten by their activations."""
     in_frame = {n.id for n in frame_nodes}
     groups: dict = {}
     for g in candidates(frame_nodes, ("LSTMGates",), gpu_of, taken):
@@ -52,48 +50,8 @@ def matmul_gates_groups(frame_nodes: list, gpu_of: dict, inputs_of: Any, taken: 
         m_ins = known_inputs(inputs_of, m, (2,))
         if m_ins is None:
             continue
-        leaves = list(m_ins) + list(ins[1:])
-        dest = ta_destination(g, in_frame, gpu_of, inputs_of, taken)
-        groups[g.id] = (m, leaves + (dest or []), dest is not None)
+        groups[g.id] = (m, list(m_ins) + list(ins[1:]))
     return groups
-
-
-def ta_destination(g: Any, in_frame: set, gpu_of: dict, inputs_of: Any, taken: set) -> Any:
-    """[(handle), (index)] of the TensorArrayWriteV3 that stores the gates' h, where h
-    may be made in that array's own buffer (TensorArrayStore.slot): the write takes
-    (g, 1) as its value, runs in g's frame on g's GPU, and its handle and index are
-    computed before g (loop constants, or ancestors of g in the frame), so that the
-    fused call can be given them. None where there is no such write."""
-    if len(g.outs) < 2:
-        return None
-    for dst, _, _ in g.outs[1]:
-        if dst.type != "TensorArrayWriteV3" or dst.id not in in_frame or dst.id in taken or \
-                gpu_of.get(dst.id) is not gpu_of[g.id] or dst.pnode.control:
-            continue
-        ins = known_inputs(inputs_of, dst, (4,))
-        if ins is None or ins[2][0] is not g or ins[2][1] != 1:
-            continue
-        if all(_before(src, g, in_frame, inputs_of) for src, _ in ins[:2]):
-            return list(ins[:2])
-    return None
-
-
-def _before(src: Any, g: Any, in_frame: set, inputs_of: Any) -> bool:
-    """Whether `src`'s value exists before g runs in an iteration: a node outside the
-    frame, a loop constant, or an ancestor of g through the frame's data inputs."""
-    if src.id not in in_frame or getattr(src, "is_constant", False):
-        return True
-    seen, todo = set(), [g]
-    while todo:
-        n = todo.pop()
-        for i in inputs_of(n):
-            if i is None or i[0] is None or i[0].id in seen or i[0].id not in in_frame:
-                continue
-            if i[0] is src:
-                return True
-            seen.add(i[0].id)
-            todo.append(i[0])
-    return False
 
 
 class FusedMatMulGates:
@@ -102,9 +60,8 @@ class FusedMatMulGates:
     z. An error in the product names the MatMul's op, frame and iteration; the gates'
     own errors name the gates' op."""
 
-    def __init__(self, gpu: Any, gates: Any, matmul: Any, to_array: bool = False) -> None:
+    def __init__(self, gpu: Any, gates: Any, matmul: Any) -> None:
         self.gpu = gpu
-        self.to_array = to_array        # the last two leaves: a TensorArray write's handle, index
         self.cp = gpu.cp
         self.gates, self.matmul = gates, matmul
         self.forget_bias = float(gates.pnode.attrs.get("forget_bias", 1.0))
@@ -117,13 +74,6 @@ class FusedMatMulGates:
     def __call__(self, a: Any, w: Any, c: Any, *rest: Any) -> Any:
         self.calls += 1
         *b, it = rest                   # the gates' bias, where they have one
-        h_out = None
-        if self.to_array:
-            *b, handle, index = b
-            slot = getattr(handle, "slot", None)
-            if slot is not None and type(c) is self.cp.ndarray and c.ndim == 2:
-                self.gpu.make_current()
-                h_out = slot(index, c.shape, c.dtype, self.gpu.alloc)
         self.gpu.make_current()
         try:                # the GEMM directly; anything else through the MatMul's kernel
             z = gemm(self.cp, a, w, self.transpose_a, self.transpose_b)
@@ -136,7 +86,7 @@ class FusedMatMulGates:
                 raise node_error(self.matmul, it, e) from e
             self.gpu.make_current()
         try:
-            got = gates_into(self.cp, z, c, b[0] if b else None, self.forget_bias, h_out)
+            got = gates_into(self.cp, z, c, b[0] if b else None, self.forget_bias)
         except MemoryError:
             got = None
         if got is not None:

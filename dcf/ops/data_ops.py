@@ -24,7 +24,7 @@ class TensorArrayStore:
     """The runtime storage behind one TensorArray handle."""
 
     __slots__ = ("name", "dtype", "size", "dynamic_size", "clear_after_read", "element_shape",
-                 "infer_shape", "elements", "read_once", "grads", "buffer")
+                 "infer_shape", "elements", "read_once", "grads")
 
     def __init__(self, name: str, dtype: dtypes.DType, size: int, dynamic_size: bool,
                  clear_after_read: bool, element_shape: tuple | None, infer_shape: bool) -> None:
@@ -38,25 +38,6 @@ class TensorArrayStore:
         self.elements: list[Any] = [None] * self.size
         self.read_once: list[bool] = [False] * self.size
         self.grads: dict[str, TensorArrayStore] = {}
-        self.buffer: Any = None     # [size, *element] array whose rows slot() hands out
-
-    def slot(self, index: Any, shape: tuple, dtype: Any, alloc: Any) -> Any:
-        """Where a producer may write the value it will store at `index`: row `index` of
-        this array's buffer ([size, *shape], made by `alloc(shape, dtype, what)` on first
-        use), so that stack() need not copy; None where that does not fit (a growing
-        array, an index out of range or written, another shape or dtype). The producer
-        writes the row once and then writes it here, as any value."""
-        i = int(index)
-        n = len(self.elements)
-        if self.dynamic_size or not 0 <= i < n or self.elements[i] is not None or \
-                np.dtype(dtype) != self.dtype.np:
-            return None
-        buf = self.buffer
-        if buf is None:
-            buf = self.buffer = alloc((n,) + tuple(shape), dtype, f"{self._describe()}")
-        elif buf.shape[1:] != tuple(shape) or buf.shape[0] != n:
-            return None
-        return _row(buf, i)
 
     def _describe(self) -> str:
         return (f"TensorArray '{self.name}' (size {len(self.elements)}, "
@@ -123,14 +104,6 @@ class TensorArrayStore:
 
     def stack(self, indices: Any = None) -> Any:
         els = self.elements
-        buf = self.buffer
-        if indices is None and buf is not None and len(els) == buf.shape[0] and \
-                all(_is_row(v, buf, i) for i, v in enumerate(els)):
-            if self.clear_after_read:          # every element is its row of the buffer
-                n = len(els)
-                self.elements, self.read_once = [None] * n, [True] * n
-            self.buffer = None                 # given away: no slot is handed out again
-            return buf
         if indices is None and els and all(v is not None for v in els):
             t = type(els[0])       # every element written, all arrays of one kind: as they are
             if (t is np.ndarray or hasattr(t, "__cuda_array_interface__")) and \
@@ -216,26 +189,6 @@ def _rows(v: Any) -> list:
         mk, shape, dt, step, inner = type(v), v.shape[1:], v.dtype, st[0], st[1:]
         return [mk(shape, dt, mem + k * step, inner) for k in range(v.shape[0])]
     return [v[k] for k in range(v.shape[0])]
-
-
-def _row(buf: Any, i: int) -> Any:
-    """buf[i] as a view (for a GPU array, made from a pointer into buf: see _rows)."""
-    mem, st = getattr(buf, "data", None), buf.strides
-    if type(buf) is np.ndarray or not (hasattr(mem, "ptr") and hasattr(type(mem), "__add__")):
-        return buf[i]
-    return type(buf)(buf.shape[1:], buf.dtype, mem + i * st[0], st[1:])
-
-
-def _is_row(v: Any, buf: Any, i: int) -> bool:
-    """Whether v is (a view of) exactly row i of buf."""
-    if type(v) is not type(buf) or v.shape != buf.shape[1:] or v.dtype != buf.dtype:
-        return False
-    if type(buf) is np.ndarray:
-        return v.base is buf and v.ctypes.data == buf.ctypes.data + i * buf.strides[0] and \
-            v.strides == buf.strides[1:]
-    ptr = getattr(getattr(v, "data", None), "ptr", None)
-    return ptr is not None and ptr == buf.data.ptr + i * buf.strides[0] and \
-        v.strides == buf.strides[1:]
 
 
 def _is_range(indices: Any, n: int) -> bool:

@@ -316,15 +316,13 @@ def _gates_gpu(xp, z, c, b=None, *, forget_bias):
     return c_new, h_new, acts
 
 
-def gates_into(xp: Any, z: Any, c: Any, b: Any, forget_bias: float, h_out: Any = None) -> Any:
+def gates_into(xp: Any, z: Any, c: Any, b: Any, forget_bias: float) -> Any:
     """LSTMGates(z, c[, b]) as one raw kernel that writes the activations over z, for a
     z nothing else reads (a fresh product whose only consumer is the gates): (c_new,
     h_new, acts) with acts the array z, or None where the arrays don't fit it (not all
     C-contiguous device arrays of one float dtype and the gates' shapes, a bias neither
     a [4u] row nor shaped like z, no RawKernel). Each element of z is read by the one
-    thread that overwrites it, before it does, so the results are _gates_gpu's. h_new is
-    written into `h_out` where given (an array of c's shape and dtype nothing else
-    writes: a TensorArray's slot for it)."""
+    thread that overwrites it, before it does, so the results are _gates_gpu's."""
     nd = getattr(xp, "ndarray", None)
     if not RawLoop.available(xp) or type(z) is not nd or type(c) is not nd or \
             c.ndim != 2 or z.ndim != 2:
@@ -339,8 +337,7 @@ def gates_into(xp: Any, z: Any, c: Any, b: Any, forget_bias: float, h_out: Any =
         return None
     which, extra = "fwd_into" + form, (() if b is None else (b,))
     c_new = nd(c.shape, dt)
-    h_new = h_out if type(h_out) is nd and h_out.shape == c.shape and h_out.dtype == dt and \
-        c_contiguous(h_out) else nd(c.shape, dt)      # h_out: a TensorArray's slot
+    h_new = nd(c.shape, dt)
     _raw_kernel(which)(xp, dt, c.size, (z, c, dt.type(forget_bias), np.int64(u)) + extra +
                        (c_new, h_new))
     return c_new, h_new, z

@@ -123,22 +123,3 @@ def test_a_failing_product_names_the_matmul_frame_and_iteration(fake_gpus, fused
     msg = str(e.value)
     assert made
     assert "product" in msg and "MatMul" in msg and "iteration 1" in msg and "gloop" in msg
-
-
-# ------------------------------------------ h made in the output TensorArray's buffer
-def test_dynamic_rnn_gates_are_given_the_output_arrays_handle_and_index(fake_gpus, fused):
-    made = fused
-    xv = np.random.default_rng(2).standard_normal((6, 3, 2)).astype(np.float32)
-    cpu = lstm_gradients("/cpu:0", xv, 4, layers=2, kind="dynamic", with_x=True)[0]
-    gpu = lstm_gradients("/gpu:0", xv, 4, layers=2, kind="dynamic", with_x=True)[0]
-    for a, b in zip(cpu, gpu):
-        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
-    # each layer's dynamic_rnn writes its h to its outputs' TensorArray
-    assert made and all(f.to_array for f in made)
-
-
-def test_static_rnn_gates_write_no_tensor_array(fake_gpus, fused):
-    made = fused
-    xv = np.random.default_rng(3).standard_normal((3, 2, 2)).astype(np.float32)
-    lstm_gradients("/gpu:0", xv, 4, kind="static")
-    assert made and not any(f.to_array for f in made)
