@@ -417,7 +417,7 @@ class StackStore:
         self.swap_memory = swap_memory
 
     def push(self, value: Any) -> Any:
-        # (compiled frames push and pop a StackStore's items inline: frame_compiler.call)
+        # (compiled frames push and pop a StackStore's items inline: _Codegen.stack_op)
         self.items.append(value)
         return value
 

@@ -198,7 +198,7 @@ def _gemm_shape(xp, lib, a, b, transpose_a, transpose_b) -> tuple | None:
 
 def _gemm(xp, lib, a, b, out, transpose_a, transpose_b, m, n, k, dev, beta) -> None:
     char = a.dtype.char
-    sc = _GEMM_SCALARS.get(char) or _scalars(a.dtype)
+    sc = _scalars(a.dtype)
     h = _handle(xp, lib, dev)
     stream = xp.cuda.get_current_stream().ptr
     if _STREAM_OF.get(h) != stream:
