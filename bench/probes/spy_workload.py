@@ -18,10 +18,11 @@ def build(kind):
     b = int(b)
     if name.startswith("mp"):
         from bench.model_parallel import MultiLayerLSTM
-        m = MultiLayerLSTM(["/gpu:0", "/gpu:1"][:int(name[2:])], 8, b, 1024, 1024, 32)
+        u = int(os.environ.get("DCF_PROBE_UNITS", 1024))    # small: stand-in GPUs on a CPU
+        m = MultiLayerLSTM(["/gpu:0", "/gpu:1"][:int(name[2:])], 8, b, u, u, 32)
         G.gpu_device(0).activate()
         xv = gpu_devices.backend().asarray(
-            (np.random.default_rng(0).standard_normal((100, b, 1024)) * 0.1).astype(np.float32))
+            (np.random.default_rng(0).standard_normal((100, b, u)) * 0.1).astype(np.float32))
         return m, xv
     from bench.static_vs_dynamic_gpu import GpuLstm
     from bench.lstm_swap import _input

@@ -54,6 +54,7 @@ from dcf import gpu_devices
 from dcf.actors.device_actor import DeviceActor
 from dcf.device import DeviceSpec
 from dcf.errors import OutOfRangeError, ResourceExhaustedError
+from dcf.ops import concat_slots
 from dcf.ops.data_ops import StackStore
 from dcf.ops.registry import OPS, Kind
 from dcf.resources import DeviceResources
@@ -391,9 +392,11 @@ class GpuDevice:
         lst.append((mem, ev))
 
     def drop_landing(self) -> None:
-        """Give the idle landing buffers back to the pool (end of a step, or no room)."""
+        """Give the idle landing buffers and the concatenation buffers still on offer
+        (dcf/ops/concat_slots.py) back to the pool (end of a step, or no room)."""
         if self._landing:
             self._landing.clear()
+        concat_slots.clear(self.index)
 
     def _release_peer_sources(self) -> None:
         """Keep the sources of the peer copies issued so far alive until they are done."""

@@ -27,7 +27,9 @@ from __future__ import annotations
 from typing import Any
 
 from dcf.errors import node_error
+from dcf.ops.registry import Kind
 from dcf.fusion.patterns import candidates, feeds_only, known_inputs
+from dcf.ops.concat_slots import offer, withdraw
 from dcf.ops.gpu_kernels import gemm
 from dcf.ops.rnn_ops import gates_into
 
@@ -35,8 +37,10 @@ __all__ = ["matmul_gates_groups", "FusedMatMulGates"]
 
 
 def matmul_gates_groups(frame_nodes: list, gpu_of: dict, inputs_of: Any, taken: set) -> dict:
-    """LSTMGates node id -> (MatMul node, leaves [a, W, c(, b)]) for the gates of one
-    frame whose product may be overwritten by their activations."""
+    """LSTMGates node id -> (MatMul node, leaves [a, W, c(, b)], h_lead) for the gates of
+    one frame whose product may be overwritten by their activations; h_lead > 0 where
+    the concatenation that next reads h may take a buffer the gates write h into (see
+    h_concat_lead)."""
     in_frame = {n.id for n in frame_nodes}
     groups: dict = {}
     for g in candidates(frame_nodes, ("LSTMGates",), gpu_of, taken):
@@ -50,8 +54,56 @@ def matmul_gates_groups(frame_nodes: list, gpu_of: dict, inputs_of: Any, taken: 
         m_ins = known_inputs(inputs_of, m, (2,))
         if m_ins is None:
             continue
-        groups[g.id] = (m, list(m_ins) + list(ins[1:]))
+        groups[g.id] = (m, list(m_ins) + list(ins[1:]), h_concat_lead(g, gpu_of))
     return groups
+
+
+# h written into the concatenation that reads it next (off: the gates allocate h alone;
+# bench/probes/concat_slots_ab.py compares the two in one process)
+H_INTO_CONCAT = True
+
+# nodes a value passes through unchanged on its way to its next reader (in a loop: the
+# NextIteration, the loop's Merge and Switch, the body's Identity)
+_PASS_KINDS = (Kind.NEXT_ITERATION, Kind.MERGE, Kind.SWITCH)
+
+
+def h_concat_lead(g: Any, gpu_of: dict) -> int:
+    """The width of what goes before h in the concatenation that reads the gates' h
+    (output 1) as its last part -- directly, or through the loop's NextIteration, Merge,
+    Switch and Identity: the next step's `[x, h]` -- in the same frame on the same GPU,
+    along the last axis of 2-D values whose other parts' widths are static; 0 where
+    there is none."""
+    if not H_INTO_CONCAT:
+        return 0
+    gpu = gpu_of.get(g.id)
+    seen = {g.id}
+    todo = [(g, 1)]
+    while todo:
+        n, k = todo.pop()
+        for dst, slot, _ in (n.outs[k] if k < len(n.outs) else ()):
+            if dst.id in seen or dst.frame is not g.frame:
+                continue
+            seen.add(dst.id)
+            if dst.kind in _PASS_KINDS or (dst.kind == Kind.KERNEL and dst.type == "Identity"):
+                outs = 1 if dst.kind == Kind.MERGE else min(dst.n_out, 2)   # not value_index
+                todo.extend((dst, j) for j in range(outs))
+                continue
+            if dst.kind != Kind.KERNEL or dst.type != "ConcatV2" or \
+                    gpu_of.get(dst.id) is not gpu or dst.pnode.attrs.get("axis") not in (1, -1):
+                continue
+            ins = dst.op.inputs if dst.op is not None else ()
+            if len(ins) < 2 or slot - dst.in_base != len(ins) - 1:
+                continue
+            lead = 0
+            for t in ins[:-1]:
+                shp = t.shape
+                if shp is None or len(shp) != 2 or shp[1] is None:
+                    lead = 0
+                    break
+                lead += shp[1]
+            if lead > 0:
+                return lead
+    return 0
 
 
 class FusedMatMulGates:
@@ -60,16 +112,19 @@ class FusedMatMulGates:
     z. An error in the product names the MatMul's op, frame and iteration; the gates'
     own errors name the gates' op."""
 
-    def __init__(self, gpu: Any, gates: Any, matmul: Any) -> None:
+    def __init__(self, gpu: Any, gates: Any, matmul: Any, h_lead: int = 0) -> None:
         self.gpu = gpu
         self.cp = gpu.cp
         self.gates, self.matmul = gates, matmul
+        self.h_lead = h_lead            # > 0: h goes into a concatenation's buffer
+        self._offer = None              # the key of the last buffer offered
         self.forget_bias = float(gates.pnode.attrs.get("forget_bias", 1.0))
         ma = matmul.pnode.attrs
         self.transpose_a = bool(ma.get("transpose_a", False))
         self.transpose_b = bool(ma.get("transpose_b", False))
         self.calls = 0                  # calls (tests read these two)
         self.into = 0                   # calls whose gates wrote over z
+        self.offers = 0                 # calls that offered h's concatenation buffer
 
     def __call__(self, a: Any, w: Any, c: Any, *rest: Any) -> Any:
         self.calls += 1
@@ -85,11 +140,20 @@ class FusedMatMulGates:
             except Exception as e:
                 raise node_error(self.matmul, it, e) from e
             self.gpu.make_current()
+        lead = self.h_lead
+        if lead and self._offer is not None:
+            withdraw(self._offer)       # not taken by the step it was made for
+            self._offer = None
         try:
-            got = gates_into(self.cp, z, c, b[0] if b else None, self.forget_bias)
+            got = gates_into(self.cp, z, c, b[0] if b else None, self.forget_bias, lead)
         except MemoryError:
             got = None
         if got is not None:
             self.into += 1
+            if len(got) == 4:
+                c_new, h_new, acts, buf = got
+                self._offer = offer(self.gpu.index, h_new, buf, lead)
+                self.offers += 1
+                return c_new, h_new, acts
             return got
         return self.gates.fn(z, c, *b)

@@ -233,18 +233,23 @@ def _raw_kernel(which: str) -> RawLoop:
                         f"    const T dh = {_DH_READ[n]};\n"
                         "    T dc_prev;" + _GATES_GRAD_CUDA + "    dc_prev_[i] = dc_prev;")
         else:   # "fwd", "fwd_row", "fwd_full" (see _Z); "fwd_into...": acts written over z
+            # (and "..._ld": h written into rows `ldh` elements apart, see gates_into)
             into = which.startswith("fwd_into")
-            addend = which[9:] if into else which[4:]
+            ld = which.endswith("_ld")
+            w = which.removesuffix("_ld")
+            addend = w[9:] if into else w[4:]
             k = RawLoop(("dcf_lstm_gates_into" if into else "dcf_lstm_gates_raw") +
-                        (f"_{addend}" if addend else ""),
+                        (f"_{addend}" if addend else "") + ("_ld" if ld else ""),
                         ("T* z, " if into else "const T* __restrict__ z, ") +
                         "const T* __restrict__ c_, const T fb, const long long u, " +
                         ("const T* __restrict__ bias, " if addend else "") +
                         "T* __restrict__ c_new_, T* __restrict__ h_new_" +
+                        (", const long long ldh" if ld else "") +
                         ("" if into else ", T* __restrict__ acts"),
                         ("    T* const acts = z;\n" if into else "") +
                         "    const T c = c_[i];\n    T c_new, h_new;" + _gates_source(addend) +
-                        "    c_new_[i] = c_new; h_new_[i] = h_new;")
+                        "    c_new_[i] = c_new; " +
+                        ("h_new_[(i / u) * ldh + i % u] = h_new;" if ld else "h_new_[i] = h_new;"))
         _raw_kernels[which] = k
     return k
 
@@ -316,13 +321,19 @@ def _gates_gpu(xp, z, c, b=None, *, forget_bias):
     return c_new, h_new, acts
 
 
-def gates_into(xp: Any, z: Any, c: Any, b: Any, forget_bias: float) -> Any:
+def gates_into(xp: Any, z: Any, c: Any, b: Any, forget_bias: float,
+               h_lead: int = 0) -> Any:
     """LSTMGates(z, c[, b]) as one raw kernel that writes the activations over z, for a
     z nothing else reads (a fresh product whose only consumer is the gates): (c_new,
     h_new, acts) with acts the array z, or None where the arrays don't fit it (not all
     C-contiguous device arrays of one float dtype and the gates' shapes, a bias neither
     a [4u] row nor shaped like z, no RawKernel). Each element of z is read by the one
-    thread that overwrites it, before it does, so the results are _gates_gpu's."""
+    thread that overwrites it, before it does, so the results are _gates_gpu's.
+
+    With `h_lead` > 0, h is written into the last u columns of a new [rows, h_lead + u]
+    array `buf` and h_new is the view of them (rows h_lead + u elements apart): the
+    result is (c_new, h_new, acts, buf), for a concatenation [x, h] with x h_lead wide
+    to take over (dcf/ops/concat_slots.py). The same bits either way."""
     nd = getattr(xp, "ndarray", None)
     if not RawLoop.available(xp) or type(z) is not nd or type(c) is not nd or \
             c.ndim != 2 or z.ndim != 2:
@@ -337,9 +348,16 @@ def gates_into(xp: Any, z: Any, c: Any, b: Any, forget_bias: float) -> Any:
         return None
     which, extra = "fwd_into" + form, (() if b is None else (b,))
     c_new = nd(c.shape, dt)
+    args = (z, c, dt.type(forget_bias), np.int64(u)) + extra
+    if h_lead > 0 and rows:
+        ld = h_lead + u
+        buf = nd((rows, ld), dt)
+        isz = dt.itemsize
+        h_new = nd(c.shape, dt, buf.data + h_lead * isz, (ld * isz, isz))
+        _raw_kernel(which + "_ld")(xp, dt, c.size, args + (c_new, h_new, np.int64(ld)))
+        return c_new, h_new, z, buf
     h_new = nd(c.shape, dt)
-    _raw_kernel(which)(xp, dt, c.size, (z, c, dt.type(forget_bias), np.int64(u)) + extra +
-                       (c_new, h_new))
+    _raw_kernel(which)(xp, dt, c.size, args + (c_new, h_new))
     return c_new, h_new, z
 
 

@@ -123,3 +123,102 @@ def test_a_failing_product_names_the_matmul_frame_and_iteration(fake_gpus, fused
     msg = str(e.value)
     assert made
     assert "product" in msg and "MatMul" in msg and "iteration 1" in msg and "gloop" in msg
+
+
+# ----------------------------------------------- h written into the next concatenation
+@pytest.mark.parametrize("kind", ["dynamic", "static"])
+def test_the_gates_plan_h_into_the_next_steps_concatenation(fake_gpus, fused, kind):
+    """Each layer's h is next read as the last part of a concatenation [x, h] (the next
+    step's, through the loop's NextIteration, Merge, Switch and Identity when dynamic):
+    the fused call knows how wide x is there (the input's 2 columns, the lower layer's 4
+    units); the last static step's h has no such reader."""
+    xv = np.random.default_rng(2).standard_normal((3, 2, 2)).astype(np.float32)
+    lstm_gradients("/gpu:0", xv, 4, layers=2, kind=kind, with_x=True)
+    leads = sorted({(f.gates.name, f.h_lead) for f in fused})
+    assert {lead for _, lead in leads} <= {0, 2, 4} and {2, 4} <= {lead for _, lead in leads}
+    if kind == "static":            # 3 steps x 2 layers; the last step's h goes nowhere
+        assert sorted(lead for _, lead in leads) == [0, 0, 2, 2, 4, 4]
+
+
+def _offered(cp, rows, lead, u, seed):
+    """A [rows, lead + u] buffer whose last u columns hold h, and h as their view."""
+    from dcf.ops import concat_slots
+
+    rng = np.random.default_rng(seed)
+    buf = cp.asarray(np.full((rows, lead + u), np.nan, np.float32))
+    h = buf[:, lead:]
+    h[...] = cp.asarray(rng.standard_normal((rows, u)).astype(np.float32))
+    concat_slots.offer(0, h, buf, lead)
+    return buf, h
+
+
+def _concat(cp):
+    from dcf.ops import array_ops  # noqa: F401  (registers ConcatV2)
+    from dcf.ops.registry import OPS
+
+    return lambda *xs: OPS["ConcatV2"].gpu_kernel(cp, *xs, axis=1)
+
+
+def test_a_concatenation_takes_the_buffer_offered_for_its_last_part(fake_gpus):
+    from dcf.ops import concat_slots
+
+    cp = fake_gpus
+    concat = _concat(cp)
+    buf, h = _offered(cp, 3, 2, 4, seed=0)
+    x = cp.asarray(np.arange(6, dtype=np.float32).reshape(3, 2))
+    want = np.concatenate([cp.asnumpy(x), cp.asnumpy(h)], axis=1)
+    claims = concat_slots.claims[0]
+    out = concat(x, h)
+    assert out is buf and concat_slots.claims[0] == claims + 1
+    np.testing.assert_array_equal(cp.asnumpy(out), want)
+    assert concat_slots.pending(0) == 0
+    again = concat(x * 2, h)             # claimed once: a second reader gets its own array
+    assert again is not buf
+    np.testing.assert_array_equal(cp.asnumpy(again)[:, :2], 2 * cp.asnumpy(x))
+    np.testing.assert_array_equal(cp.asnumpy(again)[:, 2:], cp.asnumpy(h))
+    np.testing.assert_array_equal(cp.asnumpy(out), want)            # unchanged
+
+
+@pytest.mark.parametrize("case", ["wider x", "h first", "x rows", "x dtype", "three"])
+def test_a_concatenation_that_does_not_fit_the_offer_copies_as_usual(fake_gpus, case):
+    cp = fake_gpus
+    concat = _concat(cp)
+    buf, h = _offered(cp, 3, 2, 4, seed=1)
+    x = cp.asarray(np.ones((3, 2), np.float32))
+    xs = {"wider x": (cp.asarray(np.ones((3, 3), np.float32)), h),
+          "h first": (h, x),
+          "x rows": None,
+          "x dtype": (cp.asarray(np.ones((3, 2), np.float64)), h),
+          "three": (x[:, :1], x[:, 1:], h)}[case]
+    if xs is None:                        # rows differ: the concatenation itself fails
+        with pytest.raises(Exception):
+            concat(cp.asarray(np.ones((2, 2), np.float32)), h)
+        return
+    want = np.concatenate([cp.asnumpy(a) for a in xs], axis=1)
+    out = concat(*xs)
+    np.testing.assert_array_equal(cp.asnumpy(out), want)
+    if case == "three":                   # two parts of 1 column in front of h: it fits
+        assert out is buf
+    else:
+        assert out is not buf
+    assert not np.isnan(cp.asnumpy(out)).any()
+    from dcf.ops import concat_slots
+    concat_slots.clear(0)                 # (an offer nothing took stays open until then)
+
+
+def test_open_offers_end_with_the_step(fake_gpus):
+    from dcf.actors.gpu import GpuDevice
+    from dcf.ops import concat_slots
+
+    cp = fake_gpus
+    concat_slots.clear(0)
+    _offered(cp, 2, 1, 3, seed=2)
+    buf, h = _offered(cp, 2, 1, 3, seed=3)
+    assert concat_slots.pending(0) == 2
+    GpuDevice.get(0).drop_landing()       # what a step's end (and an allocation retry) runs
+    assert concat_slots.pending(0) == 0
+    assert _concat(cp)(cp.asarray(np.ones((2, 1), np.float32)), h) is not buf
+    key = concat_slots.offer(0, h, buf, 1)
+    concat_slots.withdraw(key)            # the producer's next step: the offer ends
+    assert concat_slots.pending(0) == 0
+    assert _concat(cp)(cp.asarray(np.ones((2, 1), np.float32)), h) is not buf

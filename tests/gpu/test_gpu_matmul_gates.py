@@ -67,6 +67,9 @@ def test_what_the_kernel_declines(cp):
 @pytest.mark.parametrize("kind", ["dynamic", "static"])
 def test_lstm_gradients_with_the_gates_over_z_equal_the_cpu(cp, instances_of, kind):
     from dcf.fusion import matmul_gates
+    from dcf.ops import concat_slots
+
+    claims = concat_slots.claims[0]
 
     made = instances_of(matmul_gates.FusedMatMulGates)
     rng = np.random.default_rng(6)
@@ -76,6 +79,55 @@ def test_lstm_gradients_with_the_gates_over_z_equal_the_cpu(cp, instances_of, ki
     assert made
     if not gpu_devices.is_fake():
         assert sum(f.into for f in made) >= 2 * 2 * 10      # 2 layers, 10 steps, 2 runs
+        # h went into the next step's concatenation buffer, which the step took
+        assert sum(f.offers for f in made) >= 2 * 2 * 9
     for run_c, run_g in zip(cpu, gpu):
         for a, b in zip(run_c, run_g):
             np.testing.assert_allclose(b, a, rtol=2e-4, atol=2e-4)
+    if not gpu_devices.is_fake():
+        assert concat_slots.claims[0] - claims >= 2 * 2 * 9
+    assert concat_slots.pending(0) == 0          # nothing held past the runs
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+@pytest.mark.parametrize("B,lead,u", [(37, 96, 129), (1, 1, 8), (256, 512, 512)])
+def test_h_written_into_a_concatenation_buffer_gives_the_same_bits(cp, dt, B, lead, u):
+    z, c, b = _inputs(cp, dt, B, u, "row", seed=B + lead)
+    want = rnn_ops.gates_into(cp, z.copy(), c, b, 0.7)
+    got = rnn_ops.gates_into(cp, z, c, b, 0.7, h_lead=lead)
+    if gpu_devices.is_fake():
+        assert got is None
+        return
+    c_new, h, acts, buf = got
+    assert buf.shape == (B, lead + u) and acts is z
+    assert h.data.ptr == buf.data.ptr + lead * buf.itemsize and h.strides == buf.strides
+    for g, w in zip((c_new, h, acts), want):
+        np.testing.assert_array_equal(cp.asnumpy(g), cp.asnumpy(w))
+    np.testing.assert_array_equal(cp.asnumpy(buf)[:, lead:], cp.asnumpy(want[1]))
+
+
+def test_the_concatenation_takes_the_buffer_and_copies_x_in_front(cp):
+    from dcf.ops import array_ops  # noqa: F401  (registers ConcatV2)
+    from dcf.ops import concat_slots
+    from dcf.ops.registry import OPS
+
+    concat = OPS["ConcatV2"].gpu_kernel
+    z, c, b = _inputs(cp, np.float32, 64, 96, "row", seed=9)
+    got = rnn_ops.gates_into(cp, z, c, b, 1.0, h_lead=80)
+    if gpu_devices.is_fake():
+        pytest.skip("no raw kernels in the stand-in")
+    _, h, _, buf = got
+    concat_slots.offer(0, h, buf, 80)
+    wide = cp.asarray(np.random.default_rng(3).standard_normal((64, 200)).astype(np.float32))
+    x = wide[:, 17:97]                          # a column block: rows 200 apart
+    want = np.concatenate([cp.asnumpy(x), cp.asnumpy(h)], axis=1)
+    out = concat(cp, x, h, axis=1)
+    assert out is buf
+    np.testing.assert_array_equal(cp.asnumpy(out), want)
+    again = concat(cp, x, h, axis=-1)           # claimed once: this one copies both
+    assert again is not buf
+    np.testing.assert_array_equal(cp.asnumpy(again), want)
+    # column blocks on either side, without an offer: strided copies
+    y = cp.asarray(np.random.default_rng(4).standard_normal((64, 5)).astype(np.float32))
+    np.testing.assert_array_equal(cp.asnumpy(concat(cp, y, x, h, axis=1)),
+                                  np.concatenate([cp.asnumpy(y), want], axis=1))
