@@ -56,6 +56,7 @@ from dcf.device import DeviceSpec
 from dcf.errors import OutOfRangeError, ResourceExhaustedError
 from dcf.ops import concat_slots
 from dcf.ops.data_ops import StackStore
+from dcf.ops.gpu_raw import c_contiguous, row_stride
 from dcf.ops.registry import OPS, Kind
 from dcf.resources import DeviceResources
 from dcf.token import DEAD
@@ -77,7 +78,7 @@ PEER_KEEP_BYTES = 64 << 20    # ... or this many of their bytes
 RELIEF_BYTES = 256 << 20      # what one throttling step moves out beyond what is owed
 USAGE_EVERY = 16              # swapper decisions re-read pool use this often
 
-_H2D, _D2H = 1, 2             # cudaMemcpyKind
+_H2D, _D2H, _DEFAULT = 1, 2, 4    # cudaMemcpyKind (Default: by the pointers, unified addressing)
 _ACTIVE: list = [None, None]  # the GpuDevice whose device and stream are current, and
 _ident = threading.get_ident   # the thread it was made current in (cupy's state is per thread)
 
@@ -105,6 +106,7 @@ class GpuDevice:
         rt = cp.cuda.runtime
         self._memcpy = rt.memcpyAsync
         self._memcpy_peer = rt.memcpyPeerAsync
+        self._memcpy2d = getattr(rt, "memcpy2DAsync", None)   # (not in the test stand-in)
         with self._device:
             self.compute = cp.cuda.Stream(non_blocking=True)
             self.h2d = cp.cuda.Stream(non_blocking=True)
@@ -319,7 +321,7 @@ class GpuDevice:
         PEER_KEEP_N copies or PEER_KEEP_BYTES, and at the end of the step."""
         self.make_current()
         src = gv.array
-        if not src.flags.c_contiguous:
+        if not self._peer_copyable(src):
             raise ValueError(f"peer copy of a non-contiguous array ({what})")
         if gv.device not in self._peers:
             self._enable_peer(gv.device)
@@ -331,7 +333,7 @@ class GpuDevice:
         s.wait_event(gv.event)
         t0 = self.record(s) if self.tracing else None
         if n:
-            self._memcpy_peer(dst.data.ptr, self.index, src.data.ptr, gv.device, n, s.ptr)
+            self._copy_peer(dst.data.ptr, src, gv.device, n, s.ptr)
         if t0 is not None:
             self.trace_events.append((f"P2P {what}", "MemcpyPtoP", t0, self.record(s),
                                       "compute") + where)
@@ -369,7 +371,7 @@ class GpuDevice:
             cp.cuda.UnownedMemory(mem.ptr, n, owner, self.index), 0))
         s.wait_event(gv.event)
         t0 = self.record(s) if self.tracing else None
-        self._memcpy_peer(mem.ptr, self.index, src.data.ptr, gv.device, n, s.ptr)
+        self._copy_peer(mem.ptr, src, gv.device, n, s.ptr)
         ev = self.record(s)
         self.compute.wait_event(ev)
         self.defer(ev, gv)          # the source stays alive until the copy is done
@@ -377,6 +379,21 @@ class GpuDevice:
         if t0 is not None:
             self.trace_events.append((f"P2P {what}", "MemcpyPtoP", t0, ev, "h2d") + where)
         return dst
+
+    def _peer_copyable(self, src: Any) -> bool:
+        """C-contiguous, or (with strided copies) a column block of a wider matrix."""
+        return c_contiguous(src) or (self._memcpy2d is not None and row_stride(src) is not None)
+
+    def _copy_peer(self, dst: int, src: Any, dev: int, n: int, stream: int) -> None:
+        """n bytes of GPU `dev`'s array `src` into this GPU's contiguous memory at `dst`:
+        a peer copy; for a column block (rows apart, see `_peer_copyable`) one strided
+        copy between the devices' unified addresses."""
+        if c_contiguous(src):
+            self._memcpy_peer(dst, self.index, src.data.ptr, dev, n, stream)
+            return
+        rows, w = src.shape[0], src.shape[1] * src.itemsize
+        self._memcpy2d(dst, w, src.data.ptr, row_stride(src) * src.itemsize, w, rows,
+                       _DEFAULT, stream)
 
     def _landed(self, key: tuple, mem: Any) -> None:
         """A landing buffer's array is gone: keep the buffer for the next copy."""
@@ -431,7 +448,7 @@ class GpuDevice:
             dev = v.data.device_id
             if dev == self.index:
                 return v
-            if not v.flags.c_contiguous:
+            if not self._peer_copyable(v):
                 with self.cp.cuda.Device(dev):
                     v = self.cp.ascontiguousarray(v).reshape(v.shape)
             return self.from_peer(_PeerValue(v, self._record_on(dev), dev), what, where)
@@ -1156,7 +1173,7 @@ class _GpuRendezvous:
         peer = self._dst_of.get(key[1])
         if peer is not None:
             gpu.make_current()
-            if not value.flags.c_contiguous:    # a view (e.g. a split): copy it compact
+            if not gpu._peer_copyable(value):   # a view (e.g. a transpose): copy it compact
                 value = gpu.cp.ascontiguousarray(value).reshape(value.shape)
             self._inner.send(key, _PeerValue(value, gpu.record(gpu.compute), gpu.index))
             return

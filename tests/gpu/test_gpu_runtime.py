@@ -445,3 +445,29 @@ def test_large_peer_copies_land_in_recycled_buffers_and_stay_right(gpu_count):
     np.testing.assert_array_equal(got_b2, got_b)
     assert g1.stats["landing_reused"] > before
     assert all(len(v) <= G.LANDING_KEEP for v in g1._landing.values())
+
+
+@pytest.mark.parametrize("cols", [96, 1536])        # a plain peer copy; a landing buffer
+def test_column_blocks_cross_gpus_in_one_strided_copy(gpu_count, cols):
+    """A column block of a wider matrix on /gpu:0 (rows apart, as the LSTM gates' h in
+    its concatenation buffer) imported on /gpu:1: equal to the block, without a compact
+    copy on /gpu:0 first where cupy has strided copies."""
+    from dcf.actors import gpu as G
+
+    if gpu_count < 2:
+        pytest.skip("needs two GPUs")
+    g0, g1 = G.GpuDevice.get(0), G.GpuDevice.get(1)
+    g0.activate()
+    cp = g0.cp
+    rng = np.random.default_rng(cols)
+    wide = cp.asarray(rng.standard_normal((1024, 2 * cols + 3)).astype(np.float32))
+    block = wide[:, cols + 3:]
+    assert not block.flags.c_contiguous
+    assert g1._peer_copyable(block) == (g1._memcpy2d is not None)
+    got = g1.import_value(block)
+    g1.compute.synchronize()
+    assert got.data.device_id == 1 and got.flags.c_contiguous
+    with cp.cuda.Device(0):
+        want = cp.asnumpy(block)
+    with cp.cuda.Device(1):
+        np.testing.assert_array_equal(cp.asnumpy(got), want)
