@@ -182,10 +182,10 @@ class _Codegen:
                                                      self.taken()).items():
             self.fuse_call(gg, total, leaves,
                            lambda gpu, n, total=total: FusedGatesGrad(gpu, n, total))
-        for gt, (mm, leaves, lead) in matmul_gates_groups(f.nodes, gpu_of, self.inputs,
-                                                          self.taken()).items():
-            self.fuse_call(gt, mm, leaves, lambda gpu, n, mm=mm, lead=lead:
-                           FusedMatMulGates(gpu, n, mm, lead))
+        for gt, (mm, leaves, *slots) in matmul_gates_groups(f.nodes, gpu_of, self.inputs,
+                                                            self.taken()).items():
+            self.fuse_call(gt, mm, leaves, lambda gpu, n, mm=mm, slots=slots:
+                           FusedMatMulGates(gpu, n, mm, *slots))
         for sp, (mm, leaves, used, r0, r1) in split_matmul_groups(
                 f.nodes, gpu_of, self.inputs, self.taken()).items():
             self.fuse_call(sp, mm, leaves, lambda gpu, n, mm=mm, used=used, r0=r0, r1=r1:

@@ -43,3 +43,42 @@ def lstm_gradients(devs: Any, xv: np.ndarray, units: int, *, layers: int = 1,
     with dcf.Session(g) as s:
         s.run(init)
         return [s.run(gs, {x: xv}) for _ in range(runs)]
+
+
+def layers_in_one_loop(devices: list, xv: np.ndarray, units: int) -> list:
+    """LSTM layers stepped together in one while loop (as bench.model_parallel's model),
+    layer k on devices[k]: [loss, dkernel_0, dbias_0, ...] of sum(h_top(T)^2)."""
+    from dcf import nn
+
+    steps, batch, depth = xv.shape
+    g = dcf.Graph()
+    with g.as_default():
+        with dcf.device(devices[0]):
+            x = dcf.constant(xv)
+            ta = dcf.TensorArray(dcf.float32, size=steps, element_shape=(batch, depth)
+                                 ).unstack(x)
+        cells, state0 = [], []
+        for k, dev in enumerate(devices):
+            with dcf.device(dev):
+                cells.append(nn.LSTMCell(units, name=f"layer{k}"))
+                state0 += [dcf.zeros([batch, units]), dcf.zeros([batch, units])]
+
+        def body(t, *flat):
+            with dcf.device(devices[0]):
+                inp = ta.read(t)
+            new = []
+            for k, dev in enumerate(devices):
+                with dcf.device(dev):
+                    h, st = cells[k](inp, nn.LSTMStateTuple(flat[2 * k], flat[2 * k + 1]))
+                    new += [st.c, st.h]
+                    inp = h
+            return (t + 1,) + tuple(new)
+        out = dcf.while_loop(lambda t, *_: t < steps, body, (0,) + tuple(state0))
+        with dcf.device(devices[-1]):
+            loss = dcf.reduce_sum(dcf.square(out[-1]))
+        params = [v for c in cells for v in (c.kernel, c.bias)]
+        grads = dcf.gradients(loss, params)
+        init = dcf.global_variables_initializer()
+    with dcf.Session(g) as sess:
+        sess.run(init)
+        return sess.run([loss] + grads)

@@ -20,6 +20,12 @@ the activations output *is* the product's array. Anything that kernel does not t
 (layouts, dtypes, host values, the test stand-in) runs the gates' own kernel on the
 product. (Traced runs take the executor's op-by-op path, where each op is its own
 slice.)
+
+The same kernel also writes h where it is read next (dcf/ops/concat_slots.py): into the
+last columns of a new buffer for the next step's concatenation `[x, h]`, offered to it
+(h is the view of those columns), and into the first columns of the buffer the layer
+above has offered, where h is that layer's x in this step. Where both happen (a stack
+of layers on one GPU) the concatenation copies nothing.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from typing import Any
 from dcf.errors import node_error
 from dcf.ops.registry import Kind
 from dcf.fusion.patterns import candidates, feeds_only, known_inputs
-from dcf.ops.concat_slots import offer, withdraw
+from dcf.ops.concat_slots import offer, open_offer, withdraw
 from dcf.ops.gpu_kernels import gemm
 from dcf.ops.rnn_ops import gates_into
 
@@ -37,10 +43,11 @@ __all__ = ["matmul_gates_groups", "FusedMatMulGates"]
 
 
 def matmul_gates_groups(frame_nodes: list, gpu_of: dict, inputs_of: Any, taken: set) -> dict:
-    """LSTMGates node id -> (MatMul node, leaves [a, W, c(, b)], h_lead) for the gates of
-    one frame whose product may be overwritten by their activations; h_lead > 0 where
-    the concatenation that next reads h may take a buffer the gates write h into (see
-    h_concat_lead)."""
+    """LSTMGates node id -> (MatMul node, leaves [a, W, c(, b)], h_lead, h_concat,
+    x_concat) for the gates of one frame whose product may be overwritten by their
+    activations; h_lead > 0 where the concatenation h_concat that next reads h may take
+    a buffer the gates write h into (see h_concat_lead); x_concat >= 0 where h is also
+    the x of the layer above's concatenation (see x_concat)."""
     in_frame = {n.id for n in frame_nodes}
     groups: dict = {}
     for g in candidates(frame_nodes, ("LSTMGates",), gpu_of, taken):
@@ -54,7 +61,8 @@ def matmul_gates_groups(frame_nodes: list, gpu_of: dict, inputs_of: Any, taken: 
         m_ins = known_inputs(inputs_of, m, (2,))
         if m_ins is None:
             continue
-        groups[g.id] = (m, list(m_ins) + list(ins[1:]), h_concat_lead(g, gpu_of))
+        groups[g.id] = (m, list(m_ins) + list(ins[1:])) + h_concat_lead(g, gpu_of) + \
+            (x_concat(g, gpu_of),)
     return groups
 
 
@@ -67,15 +75,10 @@ H_INTO_CONCAT = True
 _PASS_KINDS = (Kind.NEXT_ITERATION, Kind.MERGE, Kind.SWITCH)
 
 
-def h_concat_lead(g: Any, gpu_of: dict) -> int:
-    """The width of what goes before h in the concatenation that reads the gates' h
-    (output 1) as its last part -- directly, or through the loop's NextIteration, Merge,
-    Switch and Identity: the next step's `[x, h]` -- in the same frame on the same GPU,
-    along the last axis of 2-D values whose other parts' widths are static; 0 where
-    there is none."""
-    if not H_INTO_CONCAT:
-        return 0
-    gpu = gpu_of.get(g.id)
+def _h_readers(g: Any, loop: bool) -> Any:
+    """(ConcatV2 node, input index) of the concatenations in g's frame that read g's h
+    (output 1) directly or through Identity -- and with `loop`, through the loop's
+    NextIteration, Merge and Switch as well (the next step's reader)."""
     seen = {g.id}
     todo = [(g, 1)]
     while todo:
@@ -84,26 +87,55 @@ def h_concat_lead(g: Any, gpu_of: dict) -> int:
             if dst.id in seen or dst.frame is not g.frame:
                 continue
             seen.add(dst.id)
-            if dst.kind in _PASS_KINDS or (dst.kind == Kind.KERNEL and dst.type == "Identity"):
+            if (loop and dst.kind in _PASS_KINDS) or \
+                    (dst.kind == Kind.KERNEL and dst.type == "Identity"):
                 outs = 1 if dst.kind == Kind.MERGE else min(dst.n_out, 2)   # not value_index
                 todo.extend((dst, j) for j in range(outs))
-                continue
-            if dst.kind != Kind.KERNEL or dst.type != "ConcatV2" or \
-                    gpu_of.get(dst.id) is not gpu or dst.pnode.attrs.get("axis") not in (1, -1):
-                continue
-            ins = dst.op.inputs if dst.op is not None else ()
-            if len(ins) < 2 or slot - dst.in_base != len(ins) - 1:
-                continue
-            lead = 0
-            for t in ins[:-1]:
-                shp = t.shape
-                if shp is None or len(shp) != 2 or shp[1] is None:
-                    lead = 0
-                    break
-                lead += shp[1]
-            if lead > 0:
-                return lead
-    return 0
+            elif dst.kind == Kind.KERNEL and dst.type == "ConcatV2":
+                yield dst, slot - dst.in_base
+
+
+def _last_axis_2d(c: Any, gpu: Any, gpu_of: dict) -> list | None:
+    """The static widths of concatenation c's parts, if it joins 2-D values along their
+    last axis on `gpu` and every part's width is known; else None."""
+    if gpu_of.get(c.id) is not gpu or c.pnode.attrs.get("axis") not in (1, -1) or \
+            c.op is None or len(c.op.inputs) < 2:
+        return None
+    widths = []
+    for t in c.op.inputs:
+        shp = t.shape
+        if shp is None or len(shp) != 2 or shp[1] is None:
+            return None
+        widths.append(shp[1])
+    return widths
+
+
+def h_concat_lead(g: Any, gpu_of: dict) -> tuple[int, int]:
+    """(lead, node id) of the concatenation that reads the gates' h as its last part --
+    directly, or through the loop's NextIteration, Merge, Switch and Identity: the next
+    step's `[x, h]` -- in the same frame on the same GPU, along the last axis of 2-D
+    values of static widths; lead is the width in front of h. (0, -1) where there is
+    none."""
+    if H_INTO_CONCAT:
+        gpu = gpu_of.get(g.id)
+        for c, k in _h_readers(g, loop=True):
+            widths = _last_axis_2d(c, gpu, gpu_of)
+            if widths and k == len(widths) - 1:
+                return sum(widths[:-1]), c.id
+    return 0, -1
+
+
+def x_concat(g: Any, gpu_of: dict) -> int:
+    """The node id of a concatenation `[h, y]` of two parts that reads the gates' h first
+    in the same step (the layer above's `[x, h]`), on the same GPU: its buffer, offered
+    by the layer above's gates, gets this h written in place. -1 where there is none."""
+    if H_INTO_CONCAT:
+        gpu = gpu_of.get(g.id)
+        for c, k in _h_readers(g, loop=False):
+            widths = _last_axis_2d(c, gpu, gpu_of)
+            if widths and len(widths) == 2 and k == 0:
+                return c.id
+    return -1
 
 
 class FusedMatMulGates:
@@ -112,11 +144,14 @@ class FusedMatMulGates:
     z. An error in the product names the MatMul's op, frame and iteration; the gates'
     own errors name the gates' op."""
 
-    def __init__(self, gpu: Any, gates: Any, matmul: Any, h_lead: int = 0) -> None:
+    def __init__(self, gpu: Any, gates: Any, matmul: Any, h_lead: int = 0,
+                 h_concat: int = -1, x_concat: int = -1) -> None:
         self.gpu = gpu
         self.cp = gpu.cp
         self.gates, self.matmul = gates, matmul
-        self.h_lead = h_lead            # > 0: h goes into a concatenation's buffer
+        self.h_lead = h_lead            # > 0: h goes into a concatenation's buffer,
+        self.h_concat = h_concat        # offered to this concatenation node
+        self.x_concat = x_concat        # >= 0: h is this concatenation's x (fill its offer)
         self._offer = None              # the key of the last buffer offered
         self.forget_bias = float(gates.pnode.attrs.get("forget_bias", 1.0))
         ma = matmul.pnode.attrs
@@ -125,6 +160,7 @@ class FusedMatMulGates:
         self.calls = 0                  # calls (tests read these two)
         self.into = 0                   # calls whose gates wrote over z
         self.offers = 0                 # calls that offered h's concatenation buffer
+        self.fills = 0                  # calls that wrote h into the layer above's offer
 
     def __call__(self, a: Any, w: Any, c: Any, *rest: Any) -> Any:
         self.calls += 1
@@ -144,16 +180,20 @@ class FusedMatMulGates:
         if lead and self._offer is not None:
             withdraw(self._offer)       # not taken by the step it was made for
             self._offer = None
+        xo = open_offer(self.x_concat) if self.x_concat >= 0 else None
         try:
-            got = gates_into(self.cp, z, c, b[0] if b else None, self.forget_bias, lead)
+            got = gates_into(self.cp, z, c, b[0] if b else None, self.forget_bias, lead, xo)
         except MemoryError:
             got = None
         if got is not None:
             self.into += 1
             if len(got) == 4:
                 c_new, h_new, acts, buf = got
-                self._offer = offer(self.gpu.index, h_new, buf, lead)
-                self.offers += 1
+                if buf is not None:
+                    self._offer = offer(self.gpu.index, h_new, buf, lead, self.h_concat)
+                    self.offers += 1
+                if xo is not None and xo.filled is h_new:
+                    self.fills += 1
                 return c_new, h_new, acts
             return got
         return self.gates.fn(z, c, *b)

@@ -1,62 +1,97 @@
-"""Concatenation buffers made early by the producer of their last part (GPU).
+"""Concatenation buffers made early by the producers of their parts (GPU).
 
 An LSTM step concatenates its input with the previous step's h, `[x, h] @ W`, and keeps
 the concatenation for the backward pass: per layer and step one [batch, d + u] array
 and two strided copies into it. Where the graph shows that h is next read as the last
 part of such a concatenation (`dcf.fusion.matmul_gates`), the fused product-and-gates
 call allocates that buffer itself, has the gates' kernel write h into its last u
-columns, returns h as a view of them and *offers* the buffer here. The concatenation,
-when it finds its last input offered, *claims* the buffer and copies only the other
-parts into it: one copy and one allocation fewer per layer and step, on a host that
-paces multi-GPU loops (bench/NOTES.md, "GPU, session 11").
+columns, returns h as a view of them and *offers* the buffer here, under the
+concatenation's node. Where the layer below (same GPU) computes that concatenation's x
+afterwards, its gates' kernel writes its h into the offered buffer's first columns as
+well and *fills* the offer with that value. The concatenation, when it finds its last
+input offered, *claims* the buffer and copies only the parts not already in it: in a
+stack of layers on one GPU, no copy at all. One allocation and one or two strided copies
+fewer per layer and step, on a host that paces multi-GPU loops (bench/NOTES.md, "GPU,
+session 11").
 
 An offer is claimed at most once (a second concatenation of the same h copies as
 usual), a producer withdraws its previous offer when it makes a new one, and a device's
 offers are dropped at the end of each step and when memory is short, so no buffer
-outlives its step here. Nothing writes into a claimed buffer but the claiming
-concatenation, into columns the view does not cover."""
+outlives its step here. Nothing writes into a buffer on offer but its filler, into
+columns the view does not cover; a claim copies every part whose value is not the one
+the filler wrote."""
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["offer", "withdraw", "claim", "clear", "pending"]
-
-_offers: dict[int, tuple] = {}      # id(view) -> (view, buf, lead, device)
-claims = [0]                        # offers claimed so far (tests read this)
+__all__ = ["Offer", "offer", "withdraw", "claim", "open_offer", "clear", "pending"]
 
 
-def offer(device: int, view: Any, buf: Any, lead: int) -> int:
-    """`view` is buf[:, lead:]: a concatenation whose last input it is may take `buf`.
-    Returns the offer's key (for `withdraw`)."""
+class Offer:
+    """A buffer whose columns from `lead` on hold `view` (= buf[:, lead:]), for the
+    concatenation node `concat`; `filled`: the value written into its first columns by
+    the layer below, if any."""
+
+    __slots__ = ("view", "buf", "lead", "device", "concat", "filled")
+
+    def __init__(self, view: Any, buf: Any, lead: int, device: int, concat: int) -> None:
+        self.view, self.buf, self.lead = view, buf, lead
+        self.device, self.concat = device, concat
+        self.filled = None
+
+
+_offers: dict[int, Offer] = {}          # id(view) -> its offer
+_by_concat: dict[int, Offer] = {}       # concatenation node id -> its open offer
+claims = [0]                            # offers claimed so far (tests read this)
+
+
+def offer(device: int, view: Any, buf: Any, lead: int, concat: int = -1) -> int:
+    """`view` is buf[:, lead:]: a concatenation (node `concat`) whose last input it is
+    may take `buf`. Returns the offer's key (for `withdraw`)."""
     key = id(view)
-    _offers[key] = (view, buf, lead, device)
+    o = _offers[key] = Offer(view, buf, lead, device, concat)
+    if concat >= 0:
+        _by_concat[concat] = o
     return key
+
+
+def _end(o: Offer) -> None:
+    if _by_concat.get(o.concat) is o:
+        del _by_concat[o.concat]
 
 
 def withdraw(key: int) -> None:
     """End an offer if it is still open (it may have been claimed: then nothing)."""
-    _offers.pop(key, None)
+    o = _offers.pop(key, None)
+    if o is not None:
+        _end(o)
 
 
-def claim(view: Any) -> tuple | None:
-    """(buf, lead) if `view` is on offer (the offer ends), else None."""
-    e = _offers.pop(id(view), None)
-    if e is None:
+def open_offer(concat: int) -> Offer | None:
+    """The open offer for concatenation node `concat` (for the layer below to fill)."""
+    return _by_concat.get(concat)
+
+
+def claim(view: Any) -> Offer | None:
+    """The offer of `view`, if it is open (the offer ends), else None."""
+    o = _offers.pop(id(view), None)
+    if o is None:
         return None
-    if e[0] is not view:          # (not reachable while the entry holds its view)
+    _end(o)
+    if o.view is not view:        # (not reachable while the entry holds its view)
         return None
     claims[0] += 1
-    return e[1], e[2]
+    return o
 
 
 def clear(device: int) -> None:
     """Drop the device's open offers (end of a step, memory short)."""
     if _offers:
-        for k in [k for k, e in _offers.items() if e[3] == device]:
-            del _offers[k]
+        for k in [k for k, o in _offers.items() if o.device == device]:
+            _end(_offers.pop(k))
 
 
 def pending(device: int) -> int:
     """The device's open offers (tests read this)."""
-    return sum(1 for e in _offers.values() if e[3] == device)
+    return sum(1 for o in _offers.values() if o.device == device)

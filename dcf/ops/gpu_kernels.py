@@ -50,9 +50,9 @@ def concat_gpu(generic: Any) -> Any:
         if b is False:
             b = backend(xp)
         if len(xs) > 1:
-            slot = claim(xs[-1])         # h's buffer, made by the gates that computed it
-            if slot is not None:
-                got = _into_slot(xp, b, xs, axis, *slot)
+            o = claim(xs[-1])           # h's buffer, made by the gates that computed it
+            if o is not None:
+                got = _into_slot(xp, b, xs, axis, o)
                 if got is not None:
                     return got
         first = xs[0]
@@ -102,11 +102,14 @@ def concat_gpu(generic: Any) -> Any:
     return concat
 
 
-def _into_slot(xp: Any, b: Any, xs: tuple, axis: int, buf: Any, lead: int) -> Any:
-    """The concatenation of 2-D `xs` along their last axis written into `buf`, whose
-    last columns from `lead` on already hold xs[-1] (the gates wrote it there): the other
-    parts are copied in front of it. None where the shapes say otherwise (then the
-    caller concatenates as usual; the buffer is left to its view)."""
+def _into_slot(xp: Any, b: Any, xs: tuple, axis: int, o: Any) -> Any:
+    """The concatenation of 2-D `xs` along their last axis written into the offer's
+    buffer, whose columns from `lead` on already hold xs[-1] (the gates wrote it there):
+    the other parts are copied in front of it, unless the layer below wrote the one
+    other part there itself (the offer is filled with that very value). None where the
+    shapes say otherwise (then the caller concatenates as usual; the buffer is left to
+    its view)."""
+    buf, lead = o.buf, o.lead
     h = xs[-1]
     if getattr(h, "ndim", 0) != 2 or axis not in (1, -1):
         return None
@@ -120,6 +123,8 @@ def _into_slot(xp: Any, b: Any, xs: tuple, axis: int, buf: Any, lead: int) -> An
         width += x.shape[1]
     if width != lead or h.shape != (rows, total - lead):
         return None
+    if len(parts) == 1 and o.filled is not None and o.filled is parts[0]:
+        return buf                                  # x is in place too
     if b is None or type(buf) is not b[0]:          # the test stand-in: plain assignment
         at = 0
         for x in parts:

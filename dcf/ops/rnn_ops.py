@@ -233,23 +233,29 @@ def _raw_kernel(which: str) -> RawLoop:
                         f"    const T dh = {_DH_READ[n]};\n"
                         "    T dc_prev;" + _GATES_GRAD_CUDA + "    dc_prev_[i] = dc_prev;")
         else:   # "fwd", "fwd_row", "fwd_full" (see _Z); "fwd_into...": acts written over z
-            # (and "..._ld": h written into rows `ldh` elements apart, see gates_into)
+            # (and "..._ld": h written into rows `ldh` elements apart; "..._x": h written
+            # a second time, at address hx, rows `ldx` apart: see gates_into)
             into = which.startswith("fwd_into")
-            ld = which.endswith("_ld")
-            w = which.removesuffix("_ld")
+            x = which.endswith("_x")
+            w = which.removesuffix("_x")
+            ld = w.endswith("_ld")
+            w = w.removesuffix("_ld")
             addend = w[9:] if into else w[4:]
             k = RawLoop(("dcf_lstm_gates_into" if into else "dcf_lstm_gates_raw") +
-                        (f"_{addend}" if addend else "") + ("_ld" if ld else ""),
+                        (f"_{addend}" if addend else "") + ("_ld" if ld else "") +
+                        ("_x" if x else ""),
                         ("T* z, " if into else "const T* __restrict__ z, ") +
                         "const T* __restrict__ c_, const T fb, const long long u, " +
                         ("const T* __restrict__ bias, " if addend else "") +
                         "T* __restrict__ c_new_, T* __restrict__ h_new_" +
                         (", const long long ldh" if ld else "") +
+                        (", const unsigned long long hx, const long long ldx" if x else "") +
                         ("" if into else ", T* __restrict__ acts"),
                         ("    T* const acts = z;\n" if into else "") +
                         "    const T c = c_[i];\n    T c_new, h_new;" + _gates_source(addend) +
                         "    c_new_[i] = c_new; " +
-                        ("h_new_[(i / u) * ldh + i % u] = h_new;" if ld else "h_new_[i] = h_new;"))
+                        ("h_new_[(i / u) * ldh + i % u] = h_new;" if ld else "h_new_[i] = h_new;") +
+                        ("\n    ((T*)hx)[(i / u) * ldx + i % u] = h_new;" if x else ""))
         _raw_kernels[which] = k
     return k
 
@@ -322,7 +328,7 @@ def _gates_gpu(xp, z, c, b=None, *, forget_bias):
 
 
 def gates_into(xp: Any, z: Any, c: Any, b: Any, forget_bias: float,
-               h_lead: int = 0) -> Any:
+               h_lead: int = 0, x_into: Any = None) -> Any:
     """LSTMGates(z, c[, b]) as one raw kernel that writes the activations over z, for a
     z nothing else reads (a fresh product whose only consumer is the gates): (c_new,
     h_new, acts) with acts the array z, or None where the arrays don't fit it (not all
@@ -333,7 +339,9 @@ def gates_into(xp: Any, z: Any, c: Any, b: Any, forget_bias: float,
     With `h_lead` > 0, h is written into the last u columns of a new [rows, h_lead + u]
     array `buf` and h_new is the view of them (rows h_lead + u elements apart): the
     result is (c_new, h_new, acts, buf), for a concatenation [x, h] with x h_lead wide
-    to take over (dcf/ops/concat_slots.py). The same bits either way."""
+    to take over (dcf/ops/concat_slots.py). With `x_into` (an open concat_slots.Offer
+    of the layer above, whose first u columns are for this h), h is also written there
+    and the offer is filled with h_new. The same bits either way."""
     nd = getattr(xp, "ndarray", None)
     if not RawLoop.available(xp) or type(z) is not nd or type(c) is not nd or \
             c.ndim != 2 or z.ndim != 2:
@@ -349,16 +357,32 @@ def gates_into(xp: Any, z: Any, c: Any, b: Any, forget_bias: float,
     which, extra = "fwd_into" + form, (() if b is None else (b,))
     c_new = nd(c.shape, dt)
     args = (z, c, dt.type(forget_bias), np.int64(u)) + extra
-    if h_lead > 0 and rows:
+    four = h_lead > 0 or x_into is not None      # the caller asked for buf
+    if not rows:
+        h_lead, x_into = 0, None
+    if x_into is not None:
+        xb = x_into.buf
+        if type(xb) is not nd or xb.dtype != dt or xb.ndim != 2 or xb.shape[0] != rows or \
+                x_into.lead != u or xb.data.device_id != c.data.device_id:
+            x_into = None
+    if h_lead > 0:
         ld = h_lead + u
         buf = nd((rows, ld), dt)
         isz = dt.itemsize
         h_new = nd(c.shape, dt, buf.data + h_lead * isz, (ld * isz, isz))
-        _raw_kernel(which + "_ld")(xp, dt, c.size, args + (c_new, h_new, np.int64(ld)))
-        return c_new, h_new, z, buf
-    h_new = nd(c.shape, dt)
-    _raw_kernel(which)(xp, dt, c.size, args + (c_new, h_new))
-    return c_new, h_new, z
+        args += (c_new, h_new, np.int64(ld))
+        which += "_ld"
+    else:
+        buf = None
+        h_new = nd(c.shape, dt)
+        args += (c_new, h_new)
+    if x_into is not None:
+        args += (np.uint64(x_into.buf.data.ptr), np.int64(x_into.buf.shape[1]))
+        which += "_x"
+    _raw_kernel(which)(xp, dt, c.size, args)
+    if x_into is not None:
+        x_into.filled = h_new
+    return (c_new, h_new, z, buf) if four else (c_new, h_new, z)
 
 
 def _gates_grad_gpu(xp, c, acts, c_new, dc, dh):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import dcf
-from tests.lstm_gradients import lstm_gradients
+from tests.lstm_gradients import layers_in_one_loop, lstm_gradients
 
 
 @pytest.fixture
@@ -138,6 +138,38 @@ def test_the_gates_plan_h_into_the_next_steps_concatenation(fake_gpus, fused, ki
     assert {lead for _, lead in leads} <= {0, 2, 4} and {2, 4} <= {lead for _, lead in leads}
     if kind == "static":            # 3 steps x 2 layers; the last step's h goes nowhere
         assert sorted(lead for _, lead in leads) == [0, 0, 2, 2, 4, 4]
+    # static: the lower layer's h is the upper's x in the same step (its gates fill that
+    # offer); dynamic: each layer is a loop of its own, so no h is another layer's x there
+    lower = [f for f in fused if f.gates.name.startswith("rnn0/")]
+    upper = [f for f in fused if f.gates.name.startswith("rnn1/")]
+    assert lower and upper and all(f.x_concat == -1 for f in upper)
+    if kind == "static":
+        assert all(f.x_concat >= 0 for f in lower)
+        # steps 1 and 2 of the upper layer take offers (step 0's h is the zero state)
+        assert len({f.x_concat for f in lower} & {f.h_concat for f in upper}) == 2
+    else:
+        assert all(f.x_concat == -1 for f in lower)
+
+
+def test_a_stack_of_layers_in_one_loop_fills_the_upper_layers_offer(fake_gpus, fused):
+    xv = np.random.default_rng(4).standard_normal((4, 3, 2)).astype(np.float32)
+    cpu = layers_in_one_loop(["/cpu:0", "/cpu:0"], xv, 4)
+    assert not fused
+    gpu = layers_in_one_loop(["/gpu:0", "/gpu:0"], xv, 4)
+    lower = [f for f in fused if "layer0" in f.gates.name or f.h_lead == 2]
+    upper = [f for f in fused if f not in lower]
+    assert lower and upper
+    assert all(f.x_concat >= 0 and f.x_concat in {u.h_concat for u in upper} for f in lower)
+    assert all(f.x_concat == -1 and f.h_lead == 4 for f in upper)
+    for a, b in zip(cpu, gpu):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+
+
+def test_no_filling_across_gpus(fake_gpus, fused):
+    xv = np.random.default_rng(3).standard_normal((3, 2, 2)).astype(np.float32)
+    lstm_gradients(["/gpu:0", "/gpu:1"], xv, 4, with_x=True)
+    assert fused and all(f.x_concat == -1 for f in fused)
+    assert {f.h_lead for f in fused} == {2, 4}
 
 
 def _offered(cp, rows, lead, u, seed):
@@ -204,6 +236,45 @@ def test_a_concatenation_that_does_not_fit_the_offer_copies_as_usual(fake_gpus, 
     assert not np.isnan(cp.asnumpy(out)).any()
     from dcf.ops import concat_slots
     concat_slots.clear(0)                 # (an offer nothing took stays open until then)
+
+
+def test_a_part_the_layer_below_wrote_in_place_is_not_copied(fake_gpus):
+    """An offer filled with the very value the concatenation reads first: nothing is
+    copied (the buffer's first columns are left as the filler wrote them); filled with
+    another value: x is copied over them."""
+    from dcf.ops import concat_slots
+
+    cp = fake_gpus
+    concat = _concat(cp)
+    x = cp.asarray(np.full((3, 2), 7.0, np.float32))
+    for same in (True, False):
+        buf, h = _offered(cp, 3, 2, 4, seed=5)
+        buf[:, :2] = cp.asarray(np.full((3, 2), -1.0, np.float32))    # the filler's write
+        o = concat_slots._by_concat.get(-1) or concat_slots._offers[id(h)]
+        o.filled = x if same else cp.asarray(np.ones((3, 2), np.float32))
+        out = concat(x, h)
+        assert out is buf
+        np.testing.assert_array_equal(cp.asnumpy(out)[:, :2], -1.0 if same else 7.0)
+        np.testing.assert_array_equal(cp.asnumpy(out)[:, 2:], cp.asnumpy(h))
+
+
+def test_offers_are_found_by_their_concatenation_until_claimed(fake_gpus):
+    from dcf.ops import concat_slots
+
+    cp = fake_gpus
+    concat_slots.clear(0)
+    buf = cp.asarray(np.zeros((2, 5), np.float32))
+    h = buf[:, 2:]
+    key = concat_slots.offer(0, h, buf, 2, concat=41)
+    assert concat_slots.open_offer(41).buf is buf and concat_slots.open_offer(42) is None
+    concat_slots.withdraw(key)
+    assert concat_slots.open_offer(41) is None
+    concat_slots.offer(0, h, buf, 2, concat=41)
+    assert concat_slots.claim(h).buf is buf
+    assert concat_slots.open_offer(41) is None and concat_slots.claim(h) is None
+    concat_slots.offer(0, h, buf, 2, concat=41)
+    concat_slots.clear(0)
+    assert concat_slots.open_offer(41) is None and concat_slots.pending(0) == 0
 
 
 def test_open_offers_end_with_the_step(fake_gpus):

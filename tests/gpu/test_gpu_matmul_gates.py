@@ -131,3 +131,51 @@ def test_the_concatenation_takes_the_buffer_and_copies_x_in_front(cp):
     y = cp.asarray(np.random.default_rng(4).standard_normal((64, 5)).astype(np.float32))
     np.testing.assert_array_equal(cp.asnumpy(concat(cp, y, x, h, axis=1)),
                                   np.concatenate([cp.asnumpy(y), want], axis=1))
+
+
+@pytest.mark.parametrize("own", [0, 64])
+def test_h_also_written_into_the_layer_aboves_offer(cp, own):
+    """The lower layer's gates write h into the first u columns of the buffer the upper
+    layer offered (and, with `own`, into their own buffer too): the same bits as the
+    gates alone, and the offer is filled with the h they return."""
+    from dcf.ops import concat_slots
+
+    if gpu_devices.is_fake():
+        pytest.skip("no raw kernels in the stand-in")
+    B, u, u_up = 48, 96, 80
+    z, c, b = _inputs(cp, np.float32, B, u, "row", seed=11)
+    want = rnn_ops.gates_into(cp, z.copy(), c, b, 0.9)
+    up = cp.full((B, u + u_up), np.nan, np.float32)
+    concat_slots.clear(0)
+    concat_slots.offer(0, up[:, u:], up, u, concat=7)
+    o = concat_slots.open_offer(7)
+    c_new, h, acts, buf = rnn_ops.gates_into(cp, z, c, b, 0.9, h_lead=own, x_into=o)
+    assert o.filled is h and (buf is None) == (own == 0)
+    for g, w in zip((c_new, h, acts), want):
+        np.testing.assert_array_equal(cp.asnumpy(g), cp.asnumpy(w))
+    np.testing.assert_array_equal(cp.asnumpy(up)[:, :u], cp.asnumpy(want[1]))
+    assert np.isnan(cp.asnumpy(up)[:, u:]).all()          # the upper h's columns untouched
+    bad = concat_slots.Offer(up[:, u:], up, u + 1, 0, 8)     # a width that is not this h's
+    got = rnn_ops.gates_into(cp, z.copy(), c, b, 0.9, x_into=bad)
+    assert bad.filled is None and got[3] is None
+    concat_slots.clear(0)
+
+
+def test_layers_in_one_loop_copy_no_concatenation_and_equal_the_cpu(cp, instances_of):
+    from dcf.fusion import matmul_gates
+    from dcf.ops import concat_slots
+    from tests.lstm_gradients import layers_in_one_loop
+
+    made = instances_of(matmul_gates.FusedMatMulGates)
+    rng = np.random.default_rng(12)
+    xv = (rng.standard_normal((9, 32, 48)) * 0.5).astype(np.float32)
+    claims = concat_slots.claims[0]
+    cpu = layers_in_one_loop(["/cpu:0"] * 3, xv, 64)
+    gpu = layers_in_one_loop(["/gpu:0"] * 3, xv, 64)
+    for a, b in zip(cpu, gpu):
+        np.testing.assert_allclose(b, a, rtol=2e-4, atol=2e-4)
+    if not gpu_devices.is_fake():
+        assert sum(f.offers for f in made) >= 3 * 8           # 3 layers, steps 0-7 offer
+        assert sum(f.fills for f in made) >= 2 * 8            # the 2 lower layers fill
+        assert concat_slots.claims[0] - claims >= 3 * 8
+    assert concat_slots.pending(0) == 0
