@@ -3,8 +3,10 @@ stream at every loop iteration (the frame compiler's in-flight marks, made every
 and timed), so that the GPU time between consecutive marks is that GPU's time per
 iteration, gaps included; the host's clock at each mark shows how far ahead it was.
 Prints, per loop (forward, backward) and GPU: the loop's span on the GPU, the median and
-sum of per-iteration times, and the host's lead. `python -m bench.probes.mp_gpu_timeline`."""
-import statistics, time, gc
+sum of per-iteration times, and the host's lead. `python -m bench.probes.mp_gpu_timeline
+[DEVICES [on|off]]` (devices 1,2 by default; off: the gates' h not written into the next
+concatenation's buffer, dcf/ops/concat_slots.py)."""
+import statistics, sys, time, gc
 import numpy as np
 import cupy
 from dcf import frame_compiler as FC
@@ -32,8 +34,12 @@ def timed_marker(gpus):
 
 
 FC._marker = timed_marker
+if len(sys.argv) > 2:
+    import dcf.fusion.matmul_gates as MG
+    MG.H_INTO_CONCAT = sys.argv[2] != "off"
+counts = [int(d) for d in sys.argv[1].split(",")] if len(sys.argv) > 1 else [1, 2]
 xv = cupy.asarray((np.random.default_rng(0).standard_normal((100, 256, 1024)) * 0.1).astype(np.float32))
-for ndev in (1, 2):
+for ndev in counts:
     m = MultiLayerLSTM([f"/gpu:{k}" for k in range(ndev)], 8, 256, 1024, 1024, 32)
     G.GpuDevice.get(0).activate()
     m.step(xv); m.step(xv)
