@@ -66,17 +66,25 @@ class RawLoop:
     def available(cp: Any) -> bool:
         return hasattr(cp, "RawKernel")
 
-    def kernel(self, cp: Any, char: str) -> Any:
-        """The compiled kernel for dtype character `char` ('f' or 'd')."""
-        k = self._kernels.get(char)
+    def kernel(self, cp: Any, char: str, consts: tuple = ()) -> Any:
+        """The compiled kernel for dtype character `char` ('f' or 'd'), with `consts`
+        ((C type, name, value), ...) as constants of the kernel instead of parameters:
+        one kernel per set of values (cupy's launch costs the host about a microsecond
+        per argument, so arguments fixed per call site are worth compiling in)."""
+        key = (char, consts) if consts else char
+        k = self._kernels.get(key)
         if k is None:
             name = f"{self.name}_{char}"
+            if consts:
+                name += f"_k{len(self._kernels)}"
+            defs = "".join(f"  const {t} {n} = ({t}){v!r};\n" for t, n, v in consts)
             code = (f"typedef {_CTYPE[char]} T;\n"
                     f'extern "C" __global__ void {name}({self.params}, const long long n) {{\n'
+                    f"{defs}"
                     "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;"
                     " i < n;\n       i += (long long)blockDim.x * gridDim.x) {\n"
                     f"{self.body}\n  }}\n}}\n")
-            k = self._kernels[char] = cp.RawKernel(code, name, options=self.options)
+            k = self._kernels[key] = cp.RawKernel(code, name, options=self.options)
         return k
 
     @staticmethod

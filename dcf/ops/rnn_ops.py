@@ -19,6 +19,7 @@ gradient TensorArray in chunks.
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any
 
 import numpy as np
@@ -232,30 +233,34 @@ def _raw_kernel(which: str) -> RawLoop:
                         "    const T c = c_[i], c_new = c_new_[i], dc = dc_[i];\n"
                         f"    const T dh = {_DH_READ[n]};\n"
                         "    T dc_prev;" + _GATES_GRAD_CUDA + "    dc_prev_[i] = dc_prev;")
-        else:   # "fwd", "fwd_row", "fwd_full" (see _Z); "fwd_into...": acts written over z
-            # (and "..._ld": h written into rows `ldh` elements apart; "..._x": h written
-            # a second time, at address hx, rows `ldx` apart: see gates_into)
-            into = which.startswith("fwd_into")
+        elif which.startswith("fwd_into"):
+            # acts written over z; "..._ld": h written into rows `ldh` elements apart;
+            # "..._x": h written a second time, into hx's rows `ldx` apart (see
+            # gates_into). u, fb, ldh and ldx are the kernel's constants.
             x = which.endswith("_x")
             w = which.removesuffix("_x")
             ld = w.endswith("_ld")
-            w = w.removesuffix("_ld")
-            addend = w[9:] if into else w[4:]
-            k = RawLoop(("dcf_lstm_gates_into" if into else "dcf_lstm_gates_raw") +
-                        (f"_{addend}" if addend else "") + ("_ld" if ld else "") +
-                        ("_x" if x else ""),
-                        ("T* z, " if into else "const T* __restrict__ z, ") +
-                        "const T* __restrict__ c_, const T fb, const long long u, " +
+            addend = w.removesuffix("_ld")[9:]
+            k = RawLoop("dcf_lstm_gates_into" + (f"_{addend}" if addend else "") +
+                        ("_ld" if ld else "") + ("_x" if x else ""),
+                        "T* z, const T* __restrict__ c_, " +
                         ("const T* __restrict__ bias, " if addend else "") +
                         "T* __restrict__ c_new_, T* __restrict__ h_new_" +
-                        (", const long long ldh" if ld else "") +
-                        (", const unsigned long long hx, const long long ldx" if x else "") +
-                        ("" if into else ", T* __restrict__ acts"),
-                        ("    T* const acts = z;\n" if into else "") +
+                        (", T* __restrict__ hx" if x else ""),
+                        "    T* const acts = z;\n"
                         "    const T c = c_[i];\n    T c_new, h_new;" + _gates_source(addend) +
                         "    c_new_[i] = c_new; " +
                         ("h_new_[(i / u) * ldh + i % u] = h_new;" if ld else "h_new_[i] = h_new;") +
-                        ("\n    ((T*)hx)[(i / u) * ldx + i % u] = h_new;" if x else ""))
+                        ("\n    hx[(i / u) * ldx + i % u] = h_new;" if x else ""))
+        else:   # "fwd", "fwd_row", "fwd_full" (see _Z)
+            addend = which[4:]
+            k = RawLoop("dcf_lstm_gates_raw" + (f"_{addend}" if addend else ""),
+                        "const T* __restrict__ z, const T* __restrict__ c_, const T fb, "
+                        "const long long u, " +
+                        ("const T* __restrict__ bias, " if addend else "") +
+                        "T* __restrict__ c_new_, T* __restrict__ h_new_, T* __restrict__ acts",
+                        "    const T c = c_[i];\n    T c_new, h_new;" + _gates_source(addend) +
+                        "    c_new_[i] = c_new; h_new_[i] = h_new;")
         _raw_kernels[which] = k
     return k
 
@@ -354,32 +359,41 @@ def gates_into(xp: Any, z: Any, c: Any, b: Any, forget_bias: float,
     form = _addend_form(z, b, u)
     if form is None or (b is not None and not c_contiguous(b)):
         return None
-    which, extra = "fwd_into" + form, (() if b is None else (b,))
+    fb = float(forget_bias)
+    if not math.isfinite(fb):
+        return None
+    which = "fwd_into" + form
     c_new = nd(c.shape, dt)
-    args = (z, c, dt.type(forget_bias), np.int64(u)) + extra
+    args: tuple = (z, c) if b is None else (z, c, b)
+    consts: tuple = (("long long", "u", u), ("T", "fb", fb))
     four = h_lead > 0 or x_into is not None      # the caller asked for buf
     if not rows:
         h_lead, x_into = 0, None
     if x_into is not None:
         xb = x_into.buf
         if type(xb) is not nd or xb.dtype != dt or xb.ndim != 2 or xb.shape[0] != rows or \
-                x_into.lead != u or xb.data.device_id != c.data.device_id:
+                x_into.lead != u or not c_contiguous(xb) or \
+                xb.data.device_id != c.data.device_id:
             x_into = None
     if h_lead > 0:
         ld = h_lead + u
         buf = nd((rows, ld), dt)
         isz = dt.itemsize
         h_new = nd(c.shape, dt, buf.data + h_lead * isz, (ld * isz, isz))
-        args += (c_new, h_new, np.int64(ld))
         which += "_ld"
+        consts += (("long long", "ldh", ld),)
     else:
         buf = None
         h_new = nd(c.shape, dt)
-        args += (c_new, h_new)
+    args += (c_new, h_new)
     if x_into is not None:
-        args += (np.uint64(x_into.buf.data.ptr), np.int64(x_into.buf.shape[1]))
+        args += (x_into.buf,)
         which += "_x"
-    _raw_kernel(which)(xp, dt, c.size, args)
+        consts += (("long long", "ldx", x_into.buf.shape[1]),)
+    n = c.size
+    if n:
+        loop = _raw_kernel(which)
+        loop.launch(loop.kernel(xp, dt.char, consts), n, args)
     if x_into is not None:
         x_into.filled = h_new
     return (c_new, h_new, z, buf) if four else (c_new, h_new, z)
