@@ -111,30 +111,32 @@ def _last_axis_2d(c: Any, gpu: Any, gpu_of: dict) -> list | None:
 
 
 def h_concat_lead(g: Any, gpu_of: dict) -> tuple[int, int]:
-    """(lead, node id) of the concatenation that reads the gates' h as its last part --
+    """(lead, key) of the concatenation that reads the gates' h as its last part --
     directly, or through the loop's NextIteration, Merge, Switch and Identity: the next
     step's `[x, h]` -- in the same frame on the same GPU, along the last axis of 2-D
-    values of static widths; lead is the width in front of h. (0, -1) where there is
-    none."""
+    values of static widths; lead is the width in front of h, key the id() of the
+    concatenation's node (unique among the plans alive, which hold their nodes). (0, -1)
+    where there is none."""
     if H_INTO_CONCAT:
         gpu = gpu_of.get(g.id)
         for c, k in _h_readers(g, loop=True):
             widths = _last_axis_2d(c, gpu, gpu_of)
             if widths and k == len(widths) - 1:
-                return sum(widths[:-1]), c.id
+                return sum(widths[:-1]), id(c)
     return 0, -1
 
 
 def x_concat(g: Any, gpu_of: dict) -> int:
-    """The node id of a concatenation `[h, y]` of two parts that reads the gates' h first
-    in the same step (the layer above's `[x, h]`), on the same GPU: its buffer, offered
-    by the layer above's gates, gets this h written in place. -1 where there is none."""
+    """The key (as h_concat_lead's) of a concatenation `[h, y]` of two parts that reads
+    the gates' h first in the same step (the layer above's `[x, h]`), on the same GPU:
+    its buffer, offered by the layer above's gates, gets this h written in place. -1
+    where there is none."""
     if H_INTO_CONCAT:
         gpu = gpu_of.get(g.id)
         for c, k in _h_readers(g, loop=False):
             widths = _last_axis_2d(c, gpu, gpu_of)
             if widths and len(widths) == 2 and k == 0:
-                return c.id
+                return id(c)
     return -1
 
 

@@ -30,8 +30,8 @@ __all__ = ["Offer", "offer", "withdraw", "claim", "open_offer", "clear", "pendin
 
 class Offer:
     """A buffer whose columns from `lead` on hold `view` (= buf[:, lead:]), for the
-    concatenation node `concat`; `filled`: the value written into its first columns by
-    the layer below, if any."""
+    concatenation whose key (its plan node's id()) is `concat`; `filled`: the value
+    written into its first columns by the layer below, if any."""
 
     __slots__ = ("view", "buf", "lead", "device", "concat", "filled")
 
@@ -42,12 +42,12 @@ class Offer:
 
 
 _offers: dict[int, Offer] = {}          # id(view) -> its offer
-_by_concat: dict[int, Offer] = {}       # concatenation node id -> its open offer
+_by_concat: dict[int, Offer] = {}       # concatenation key -> its open offer
 claims = [0]                            # offers claimed so far (tests read this)
 
 
 def offer(device: int, view: Any, buf: Any, lead: int, concat: int = -1) -> int:
-    """`view` is buf[:, lead:]: a concatenation (node `concat`) whose last input it is
+    """`view` is buf[:, lead:]: a concatenation (key `concat`) whose last input it is
     may take `buf`. Returns the offer's key (for `withdraw`)."""
     key = id(view)
     o = _offers[key] = Offer(view, buf, lead, device, concat)
@@ -58,7 +58,7 @@ def offer(device: int, view: Any, buf: Any, lead: int, concat: int = -1) -> int:
 
 def _end(o: Offer) -> None:
     if _by_concat.get(o.concat) is o:
-        del _by_concat[o.concat]
+        _by_concat.pop(o.concat, None)
 
 
 def withdraw(key: int) -> None:
@@ -69,7 +69,8 @@ def withdraw(key: int) -> None:
 
 
 def open_offer(concat: int) -> Offer | None:
-    """The open offer for concatenation node `concat` (for the layer below to fill)."""
+    """The open offer for the concatenation keyed `concat` (for the layer below to
+    fill)."""
     return _by_concat.get(concat)
 
 
@@ -88,10 +89,11 @@ def claim(view: Any) -> Offer | None:
 def clear(device: int) -> None:
     """Drop the device's open offers (end of a step, memory short)."""
     if _offers:
-        for k in [k for k, o in _offers.items() if o.device == device]:
-            _end(_offers.pop(k))
+        for k, o in list(_offers.items()):    # (other threads may offer meanwhile)
+            if o.device == device and _offers.pop(k, None) is not None:
+                _end(o)
 
 
 def pending(device: int) -> int:
     """The device's open offers (tests read this)."""
-    return sum(1 for o in _offers.values() if o.device == device)
+    return sum(1 for o in list(_offers.values()) if o.device == device)

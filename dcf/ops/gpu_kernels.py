@@ -6,8 +6,11 @@ bench/NOTES.md, "GPU, session 3"): measured on an H200 host inside an LSTM train
 step, `cupy.concatenate` of two [256, 1024] arrays took 34-45 us of host time, a
 column `sum` 31-38 us, `cupy.split` (views only) 11 us. Here:
 
-- concatenation of C-contiguous arrays is one strided device-to-device copy per input
-  (`cudaMemcpy2DAsync` on the current stream) into one new array;
+- concatenation of C-contiguous arrays (or, along the last axis of 2-D ones, column
+  blocks of wider matrices) is one strided device-to-device copy per input
+  (`cudaMemcpy2DAsync` on the current stream) into one new array -- or, where its last
+  input is on offer (dcf/ops/concat_slots.py: the LSTM gates wrote h into a buffer made
+  for this concatenation), into that buffer, copying only the parts not already in it;
 - a sum over the rows of a wide C-contiguous matrix (an LSTM's bias gradient) is one
   raw kernel, a thread per column adding the rows in order in double;
 - a split returns views made directly (a pointer into the input, its strides);
