@@ -33,10 +33,10 @@ from __future__ import annotations
 from typing import Any
 
 from dcf.errors import node_error
-from dcf.ops.registry import Kind
 from dcf.fusion.patterns import candidates, feeds_only, known_inputs
 from dcf.ops.concat_slots import offer, open_offer, withdraw
 from dcf.ops.gpu_kernels import gemm
+from dcf.ops.registry import Kind
 from dcf.ops.rnn_ops import gates_into
 
 __all__ = ["matmul_gates_groups", "FusedMatMulGates"]
