@@ -110,14 +110,44 @@ def _last_axis_2d(c: Any, gpu: Any, gpu_of: dict) -> list | None:
     return widths
 
 
+# readers that take h as a column block of a wider array at no extra cost (the
+# concatenation copies rows with a pitch, a TensorArray keeps the view, a stack gathers
+# it in one kernel); any other reader on h's GPU (a MatMul, an elementwise op) would take
+# a slower path for it, so h then stays an array of its own
+_VIEW_READERS = ("ConcatV2", "TensorArrayWriteV3", "Pack")
+
+
+def _h_views_ok(g: Any, gpu_of: dict) -> bool:
+    """Whether every reader of the gates' h on their GPU -- through Identity and the
+    loop's NextIteration, Merge and Switch, up to the loop's Exit -- takes a view."""
+    gpu = gpu_of.get(g.id)
+    seen = {g.id}
+    todo = [(g, 1)]
+    while todo:
+        n, k = todo.pop()
+        for dst, _, _ in (n.outs[k] if k < len(n.outs) else ()):
+            if dst.id in seen:
+                continue
+            seen.add(dst.id)
+            if dst.kind == Kind.EXIT or dst.frame is not g.frame:
+                continue                    # past the loop: read once per run, not per step
+            if dst.kind in _PASS_KINDS or (dst.kind == Kind.KERNEL and dst.type == "Identity"):
+                outs = 1 if dst.kind == Kind.MERGE else min(dst.n_out, 2)
+                todo.extend((dst, j) for j in range(outs))
+            elif dst.fetch or (dst.kind == Kind.KERNEL and gpu_of.get(dst.id) is gpu and
+                               dst.type not in _VIEW_READERS):
+                return False
+    return not g.fetch
+
+
 def h_concat_lead(g: Any, gpu_of: dict) -> tuple[int, int]:
     """(lead, key) of the concatenation that reads the gates' h as its last part --
     directly, or through the loop's NextIteration, Merge, Switch and Identity: the next
     step's `[x, h]` -- in the same frame on the same GPU, along the last axis of 2-D
-    values of static widths; lead is the width in front of h, key the id() of the
-    concatenation's node (unique among the plans alive, which hold their nodes). (0, -1)
-    where there is none."""
-    if H_INTO_CONCAT:
+    values of static widths, where every reader of h takes a view (`_h_views_ok`); lead
+    is the width in front of h, key the id() of the concatenation's node (unique among
+    the plans alive, which hold their nodes). (0, -1) where there is none."""
+    if H_INTO_CONCAT and _h_views_ok(g, gpu_of):
         gpu = gpu_of.get(g.id)
         for c, k in _h_readers(g, loop=True):
             widths = _last_axis_2d(c, gpu, gpu_of)

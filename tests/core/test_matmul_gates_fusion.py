@@ -293,3 +293,39 @@ def test_open_offers_end_with_the_step(fake_gpus):
     concat_slots.withdraw(key)            # the producer's next step: the offer ends
     assert concat_slots.pending(0) == 0
     assert _concat(cp)(cp.asarray(np.ones((2, 1), np.float32)), h) is not buf
+
+
+@pytest.mark.parametrize("reader", ["ta", "matmul", "square", "fetch"])
+def test_h_stays_an_array_of_its_own_where_a_reader_would_not_take_a_view(fake_gpus, fused,
+                                                                         reader):
+    """An LSTM loop whose h each step also goes to a TensorArray (takes the view), to an
+    output projection (a MatMul), to an elementwise op, or out of the loop only: the
+    gates write h into the next concatenation's buffer unless a reader on the GPU other
+    than a concatenation, TensorArray write or stack reads it each step."""
+    from dcf import nn
+
+    xv = np.random.default_rng(5).standard_normal((3, 2, 2)).astype(np.float32)
+    g = dcf.Graph()
+    with g.as_default(), dcf.device("/gpu:0"):
+        x = dcf.constant(xv)
+        ta_in = dcf.TensorArray(dcf.float32, size=3, element_shape=(2, 2)).unstack(x)
+        ta_out = dcf.TensorArray(dcf.float32, size=3, element_shape=(2, 4))
+        cell = nn.LSTMCell(4, name="cell")
+        w_out = dcf.constant(np.ones((4, 4), np.float32))
+
+        def body(t, c, h, ta):
+            h2, st = cell(ta_in.read(t), nn.LSTMStateTuple(c, h))
+            y = {"ta": h2, "matmul": dcf.matmul(h2, w_out), "square": dcf.square(h2),
+                 "fetch": h2}[reader]
+            return t + 1, st.c, st.h, ta.write(t, y)
+        _, c_t, h_t, ta_t = dcf.while_loop(lambda t, *_: t < 3, body,
+                                           (0, dcf.zeros([2, 4]), dcf.zeros([2, 4]), ta_out))
+        out = ta_t.stack() if reader != "fetch" else h_t
+        loss = dcf.reduce_sum(dcf.square(out))
+        init = dcf.global_variables_initializer()
+    with dcf.Session(g) as s:
+        s.run(init)
+        got = s.run(loss)
+    assert np.isfinite(got) and fused
+    leads = {f.h_lead for f in fused}
+    assert leads == ({2} if reader in ("ta", "fetch") else {0})
