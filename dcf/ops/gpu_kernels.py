@@ -68,22 +68,10 @@ def concat_gpu(generic: Any) -> Any:
         if r == 0 or not 0 <= a < r:
             return generic(xp, *xs, axis=axis)
         lead, tail = shape[:a], shape[a + 1:]
-        total = 0
-        pitches = []
-        for x in xs:
-            if type(x) is not nd or x.dtype != dt:
-                return generic(xp, *xs, axis=axis)
-            xs_ = x.shape
-            if len(xs_) != r or xs_[:a] != lead or xs_[a + 1:] != tail:
-                return generic(xp, *xs, axis=axis)
-            if x._c_contiguous:
-                pitches.append(0)
-            else:                       # a column block of a wider matrix: rows apart
-                ld = row_stride(x) if r == 2 and a == 1 else None
-                if ld is None:
-                    return generic(xp, *xs, axis=axis)
-                pitches.append(ld * dt.itemsize)
-            total += xs_[a]
+        layout = _pitches(nd, xs, a, lead, tail, dt)
+        if layout is None:
+            return generic(xp, *xs, axis=axis)
+        pitches, total = layout
         out = nd(lead + (total,) + tail, dt)     # cupy.empty without its wrapper
         rows = 1
         for d in lead:
@@ -94,15 +82,45 @@ def concat_gpu(generic: Any) -> Any:
         pitch = total * inner
         if rows == 0 or pitch == 0:
             return out
-        stream = stream_of().ptr
-        dst = out.data.ptr
-        for x, sp in zip(xs, pitches):
-            width = x.shape[a] * inner
-            if width:
-                copy(dst, pitch, x.data.ptr, sp or width, width, rows, _D2D, stream)
-                dst += width
+        _copy_parts(copy, stream_of().ptr, out.data.ptr, pitch, xs, pitches, a, inner, rows)
         return out
     return concat
+
+
+def _pitches(nd: Any, xs: tuple, a: int, lead: tuple, tail: tuple, dt: Any) -> tuple | None:
+    """(each part's source row pitch in bytes -- 0 for a C-contiguous part --, the parts'
+    total size along axis a) where every part is an `nd` array of dtype dt shaped
+    lead + (w,) + tail, C-contiguous or, joined along the last axis of 2-D arrays, a
+    column block of a wider matrix; None for anything else."""
+    r = len(lead) + 1 + len(tail)
+    total = 0
+    pitches = []
+    for x in xs:
+        if type(x) is not nd or x.dtype != dt:
+            return None
+        s = x.shape
+        if len(s) != r or s[:a] != lead or s[a + 1:] != tail:
+            return None
+        if c_contiguous(x):
+            pitches.append(0)
+        else:                       # a column block of a wider matrix: rows apart
+            ld = row_stride(x) if r == 2 and a == 1 else None
+            if ld is None:
+                return None
+            pitches.append(ld * dt.itemsize)
+        total += s[a]
+    return pitches, total
+
+
+def _copy_parts(copy: Any, stream: int, dst: int, pitch: int, xs: tuple, pitches: list,
+                a: int, inner: int, rows: int) -> None:
+    """The parts side by side into `rows` rows of `pitch` bytes from address dst: one
+    strided copy (`copy`, cudaMemcpy2DAsync's signature) each, on `stream`."""
+    for x, sp in zip(xs, pitches):
+        width = x.shape[a] * inner
+        if width:
+            copy(dst, pitch, x.data.ptr, sp or width, width, rows, _D2D, stream)
+            dst += width
 
 
 def _into_slot(xp: Any, b: Any, xs: tuple, axis: int, o: Any) -> Any:
@@ -110,42 +128,29 @@ def _into_slot(xp: Any, b: Any, xs: tuple, axis: int, o: Any) -> Any:
     buffer, whose columns from `lead` on already hold xs[-1] (the gates wrote it there):
     the other parts are copied in front of it, unless the layer below wrote the one
     other part there itself (the offer is filled with that very value). None where the
-    shapes say otherwise (then the caller concatenates as usual; the buffer is left to
-    its view)."""
+    shapes or layouts say otherwise (then the caller concatenates as usual; the buffer
+    is left to its view)."""
     buf, lead = o.buf, o.lead
     h = xs[-1]
     if getattr(h, "ndim", 0) != 2 or axis not in (1, -1):
         return None
     rows, total = buf.shape
-    dt = buf.dtype
-    parts = xs[:-1]
-    width = 0
-    for x in parts:
-        if type(x) is not type(buf) or x.ndim != 2 or x.shape[0] != rows or x.dtype != dt:
-            return None
-        width += x.shape[1]
-    if width != lead or h.shape != (rows, total - lead):
+    nd, dt, parts = type(buf), buf.dtype, xs[:-1]
+    layout = _pitches(nd, parts, 1, (rows,), (), dt)
+    if layout is None or layout[1] != lead or h.shape != (rows, total - lead):
         return None
-    if len(parts) == 1 and o.filled is not None and o.filled is parts[0]:
+    if len(parts) == 1 and o.filled is parts[0]:
         return buf                                  # x is in place too
-    if b is None or type(buf) is not b[0]:          # the test stand-in: plain assignment
+    if b is None or nd is not b[0]:                 # the test stand-in: plain assignment
         at = 0
         for x in parts:
             buf[:, at:at + x.shape[1]] = x
             at += x.shape[1]
         return buf
-    isz = dt.itemsize
-    stream = b[2]().ptr
-    dst = buf.data.ptr
-    for x in parts:
-        ld = row_stride(x)
-        if ld is None:
-            x = xp.ascontiguousarray(x)
-            ld = x.shape[1]
-        w = x.shape[1] * isz
-        if w and rows:
-            b[1](dst, total * isz, x.data.ptr, ld * isz, w, rows, _D2D, stream)
-        dst += w
+    if rows:
+        isz = dt.itemsize
+        _copy_parts(b[1], b[2]().ptr, buf.data.ptr, total * isz, parts, layout[0], 1, isz,
+                    rows)
     return buf
 
 

@@ -329,3 +329,48 @@ def test_h_stays_an_array_of_its_own_where_a_reader_would_not_take_a_view(fake_g
     assert np.isfinite(got) and fused
     leads = {f.h_lead for f in fused}
     assert leads == ({2} if reader in ("ta", "fetch") else {0})
+
+
+def _memcpy2d(dst, dpitch, src, spitch, width, height, kind, stream):
+    """cudaMemcpy2DAsync's effect on host memory (the stand-in's arrays live there)."""
+    import ctypes
+
+    assert kind == 3 and width <= min(dpitch, spitch)
+    for r in range(height):
+        ctypes.memmove(dst + r * dpitch, src + r * spitch, width)
+
+
+def test_the_strided_copies_the_gpu_concatenation_issues(fake_gpus):
+    """The GPU concatenation's copy plan (`_pitches`, `_copy_parts`) and its taking of
+    an offered buffer with real strided copies (`_into_slot`), run over the stand-in's
+    host memory with cudaMemcpy2DAsync emulated row by row: contiguous parts and column
+    blocks land where np.concatenate puts them; a part neither (a transpose) is refused."""
+    from types import SimpleNamespace
+
+    from dcf.ops import concat_slots, gpu_kernels as K
+
+    cp = fake_gpus
+    rng = np.random.default_rng(8)
+    wide = cp.asarray(rng.standard_normal((5, 9)).astype(np.float32))
+    x = cp.asarray(rng.standard_normal((5, 2)).astype(np.float32))
+    parts = (x, wide[:, 3:6], wide[:, :1])              # contiguous, two column blocks
+    pitches, total = K._pitches(type(x), parts, 1, (5,), (), np.dtype(np.float32))
+    assert pitches == [0, 36, 36] and total == 6
+    out = cp.asarray(np.zeros((5, 6), np.float32))
+    K._copy_parts(_memcpy2d, 0, out.data.ptr, 24, parts, pitches, 1, 4, 5)
+    np.testing.assert_array_equal(cp.asnumpy(out),
+                                  np.concatenate([cp.asnumpy(p) for p in parts], axis=1))
+    assert K._pitches(type(x), (x, cp.asarray(np.ones((2, 5), np.float32)).T), 1, (5,), (),
+                      np.dtype(np.float32)) is None                     # a transpose
+
+    backend = (type(x), _memcpy2d, lambda: SimpleNamespace(ptr=0))
+    buf, h = _offered(cp, 5, 3, 4, seed=6)
+    o = concat_slots.claim(h)
+    got = K._into_slot(cp, backend, (wide[:, 2:5], h), 1, o)
+    assert got is buf
+    np.testing.assert_array_equal(cp.asnumpy(got)[:, :3], cp.asnumpy(wide)[:, 2:5])
+    np.testing.assert_array_equal(cp.asnumpy(got)[:, 3:], cp.asnumpy(h))
+    buf, h = _offered(cp, 5, 2, 4, seed=7)
+    o = concat_slots.claim(h)
+    assert K._into_slot(cp, backend, (cp.asarray(np.ones((2, 5), np.float32)).T, h), 1,
+                        o) is None                                      # left to its view
