@@ -42,6 +42,7 @@ import collections
 import contextlib
 import functools
 import gc
+import itertools
 import threading
 import time
 import weakref
@@ -70,6 +71,7 @@ PREFETCH_BATCH = 8            # entries brought back per pop at most (one h2d ev
 PREFETCH_MIN = 4              # smallest prefetch batch while others are on their way
 D2H_IN_FLIGHT = 16            # swap-out copies queued on the d2h stream at once
 PUMP_BATCH = 4                # swap-outs started together (one pair of events per batch)
+LARGE_SHARE = 0.375           # values this share of the largest tracked one move out first
 PREFETCH_MAX_USE = 0.95       # the first PREFETCH_ITEMS come back while use is under this
 LANDING_MIN_BYTES = 8 << 20   # peer copies this large land on the h2d stream (see _land)
 LANDING_KEEP = 4              # idle landing buffers kept per shape and dtype
@@ -77,6 +79,8 @@ PEER_KEEP_N = 8               # peer copies whose sources share one keep-alive e
 PEER_KEEP_BYTES = 64 << 20    # ... or this many of their bytes
 RELIEF_BYTES = 256 << 20      # what one throttling step moves out beyond what is owed
 USAGE_EVERY = 16              # swapper decisions re-read pool use this often
+PINNED_STEP_MIN = 4 << 10     # pinned blocks come in sizes of at least this step
+SWAP_BLOCKS_IDLE_MAX = 4 << 30  # idle pinned swap blocks kept per GPU at most (bytes)
 
 _H2D, _D2H, _DEFAULT = 1, 2, 4    # cudaMemcpyKind (Default: by the pointers, unified addressing)
 _ACTIVE: list = [None, None]  # the GpuDevice whose device and stream are current, and
@@ -123,6 +127,8 @@ class GpuDevice:
         self._deferred: collections.deque = collections.deque()  # (event, keep-alive)
         self._poller: asyncio.Task | None = None
         self.swapper = _Swapper(self)
+        self._swap_blocks: dict = {}          # size -> [(pinned memory, address)] idle
+        self._swap_idle_bytes = 0
         self.stats = collections.Counter()
         self._peers: set[int] = {index}       # devices whose memory copies here read
         self._peer_sources: list = []         # sources of peer copies, no event yet
@@ -249,19 +255,35 @@ class GpuDevice:
                 attempt += 1
 
     def pinned_buffer(self, nbytes: int) -> tuple[Any, int]:
-        """(owner, address) of `nbytes` of pinned host memory: no numpy view is made for
-        a buffer only copies read and write (a swapped stack entry)."""
-        mem = self.cp.cuda.alloc_pinned_memory(max(nbytes, 1))
-        ptr = getattr(mem, "ptr", None)
-        if ptr is None:                      # the test stand-in's buffer
-            arr = np.frombuffer(mem, np.uint8)
-            return arr, arr.ctypes.data
-        return mem, ptr
+        """(owner, address) of `nbytes` of pinned host memory for swapped stack entries
+        (no numpy view: only copies read and write it). The owner is a _SwapBlock: when
+        the last entry using it lets go, the block goes back to this device's idle
+        blocks of its size (pinned_size), for the next swap-out of that size: a new
+        block is a cudaHostAlloc of ~1.1-1.3 ms, which cupy's pinned pool made step after
+        step for swap-out batches that varied in size (bench/NOTES.md, "GPU, session
+        12")."""
+        size = pinned_size(nbytes)
+        idle = self._swap_blocks.get(size)
+        if idle:
+            mem, ptr = idle.pop()
+            self._swap_idle_bytes -= size
+        else:
+            mem = self.cp.cuda.alloc_pinned_memory(size)
+            ptr = getattr(mem, "ptr", None)
+            if ptr is None:                  # the test stand-in's buffer
+                mem = np.frombuffer(mem, np.uint8)
+                ptr = mem.ctypes.data
+        return _SwapBlock(self, size, mem, ptr), ptr
+
+    def _swap_block_done(self, size: int, mem: Any, ptr: int) -> None:
+        if self._swap_idle_bytes + size <= SWAP_BLOCKS_IDLE_MAX:
+            self._swap_blocks.setdefault(size, []).append((mem, ptr))
+            self._swap_idle_bytes += size
 
     def pinned_empty(self, shape: tuple, dtype: Any) -> np.ndarray:
         dtype = np.dtype(dtype)
         n = int(np.prod(shape, dtype=np.int64))
-        mem = self.cp.cuda.alloc_pinned_memory(max(n * dtype.itemsize, 1))
+        mem = self.cp.cuda.alloc_pinned_memory(pinned_size(n * dtype.itemsize))
         return np.frombuffer(mem, dtype, n).reshape(shape)
 
     def _copy_stream_after_compute(self, stream: Any) -> None:
@@ -577,6 +599,22 @@ class _PeakTracker:
         self.peak = 0
 
 
+class _SwapBlock:
+    """Owns a pinned block of swapped entries while they use it; gives it back to its
+    GPU's idle blocks when they are gone."""
+
+    __slots__ = ("gpu", "size", "mem", "ptr")
+
+    def __init__(self, gpu: GpuDevice, size: int, mem: Any, ptr: int) -> None:
+        self.gpu, self.size, self.mem, self.ptr = gpu, size, mem, ptr
+
+    def __del__(self) -> None:
+        try:
+            self.gpu._swap_block_done(self.size, self.mem, self.ptr)
+        except Exception:   # noqa: BLE001 - interpreter shutdown: the pool frees it
+            pass
+
+
 class _Landing:
     """Owns a landing buffer while an array (and its views) use it; gives it back to
     its GPU when they are gone."""
@@ -606,6 +644,17 @@ class _PeerValue:
         self.event.synchronize()
         a = self.array.get()
         return a if dtype is None else a.astype(dtype)
+
+
+def pinned_size(nbytes: int) -> int:
+    """The size of the pinned block that holds `nbytes`: rounded up to one of four
+    sizes per power of two (at most 25 % more, in steps of at least 4 KiB), so that
+    blocks freed by one step's swap-outs (or staging copies) fit the next step's
+    requests, which vary a little in size, and are reused instead of allocated anew (a
+    cudaHostAlloc of 16 MB costs the host ~1.1-1.3 ms; bench/NOTES.md, "GPU, session 12")."""
+    n = max(int(nbytes), 1)
+    step = max(PINNED_STEP_MIN, 1 << max(n.bit_length() - 3, 0))
+    return -(-n // step) * step
 
 
 # ----------------------------------------------------------------- swapping
@@ -641,19 +690,26 @@ class _Swapper:
     """Moves saved loop values to pinned host memory and back (one per GPU).
 
     Pushes of swappable values are tracked once pool use passes WATCH_SHARE of the swap
-    threshold. Each push past the threshold owes one swap-out, and the swapper pays it
-    with the *oldest* tracked value still on the device: the backward loop pops the
-    newest values first, so those stay on the device and are popped without waiting,
-    while the oldest ones have the whole backward pass to come back. Values are
-    brought back newest-swapped first, as far ahead as memory under the threshold
-    allows (at least PREFETCH_ITEMS entries). Records are held weakly: the stacks own
-    them, so a run that fails leaves nothing behind here."""
+    threshold. Each push past the threshold owes its bytes, and the swapper pays them
+    with the *oldest* tracked values still on the device -- the large ones (at least
+    LARGE_SHARE of the largest swappable value pushed) first, the others only when no
+    large one is left: the backward loop pops the newest values first, so those stay on the device
+    and are popped without waiting, while the oldest ones have the whole backward pass
+    to come back; and a copy, like anything else put on another stream, costs the host
+    about the same whatever its size (bench/NOTES.md, "GPU, session 12"), so the same
+    bytes move in fewer, larger copies. Values are brought back newest-swapped first, as
+    far ahead as memory under the threshold allows (at least PREFETCH_ITEMS entries).
+    Records are held weakly: the stacks own them, so a run that fails leaves nothing
+    behind here."""
 
     def __init__(self, gpu: GpuDevice) -> None:
         self.gpu = gpu
         self.by_key: dict[tuple, Any] = {}            # (ptr, nbytes) -> weakref of a record
-        self.resident: collections.deque = collections.deque()  # tracked, on the device
-        self.owed = 0                                 # swap-outs owed by pushes
+        self.resident: collections.deque = collections.deque()  # tracked, on the device:
+        self.resident_small: collections.deque = collections.deque()  # large ones; others
+        self.largest = 0            # the largest swappable value pushed this step or the last
+        self._step_largest = 0      # ... this step
+        self.owed = 0               # bytes pushes past the threshold owe (< 0: paid ahead)
         self.out: collections.deque = collections.deque()   # (rec, event) in flight
         self.host: list = []        # swapped out, oldest push first (pops want the last)
         self.ahead = 0              # records brought back ahead of their pops
@@ -667,15 +723,19 @@ class _Swapper:
     def reset(self) -> None:
         """Before a step: sample pool use afresh, take the device's threshold, forget
         records that are gone."""
+        self.largest, self._step_largest = self._step_largest, 0
         self._countdown = 0
         self._limit = self.gpu.swap_threshold * self.gpu.capacity
         self._watch = WATCH_SHARE * self._limit
         Q, H = _Rec.QUEUED, _Rec.HOST
         self.resident = collections.deque(r for r in self.resident if _live(r, Q))
+        self.resident_small = collections.deque(r for r in self.resident_small if _live(r, Q))
         self.host = [r for r in self.host if _live(r, H)]
         self.ahead_refs = [r for r in self.ahead_refs if r() is not None and r().ahead]
         self.ahead = len(self.ahead_refs)
-        self.owed = min(self.owed, len(self.resident))
+        on_device = sum(r().nbytes for q in (self.resident, self.resident_small) for r in q
+                        if r() is not None)
+        self.owed = max(0, min(self.owed, on_device))
         if self.by_key:
             self.by_key = {k: r for k, r in self.by_key.items() if r() is not None}
 
@@ -691,6 +751,11 @@ class _Swapper:
         if not swappable or type(value) is not self.gpu.ndarray or \
                 value.nbytes < SWAP_MIN_BYTES:
             return value
+        n = value.nbytes
+        if n > self._step_largest:
+            self._step_largest = n
+            if n > self.largest:
+                self.largest = n
         if self.out:
             self.collect()
         used = self.usage()
@@ -709,39 +774,54 @@ class _Swapper:
         rec = _Rec(value, key)
         ref = weakref.ref(rec)
         by_key[key] = ref
-        self.resident.append(ref)
+        (self.resident if n >= LARGE_SHARE * self.largest else self.resident_small).append(ref)
         if used >= self._limit:
-            self.owed += 1
+            self.owed += n
             self.pump()
         return rec
 
+    def _oldest(self) -> Any:
+        """The queue the next swap-out comes from (large values first), its dead
+        references dropped; None where no tracked value is left on the device."""
+        for q in (self.resident, self.resident_small):
+            while q and _live(q[0], _Rec.QUEUED) is None:
+                q.popleft()
+            if q:
+                return q
+        return None
+
     def pump(self, force: bool = False) -> None:
-        """Pay owed swap-outs with the oldest tracked values while fewer than
-        D2H_IN_FLIGHT copies are running: PUMP_BATCH at a time (what is owed, when
-        forced), after one event on the compute stream and before one event on the
-        d2h stream that the whole batch shares, into one pinned block (an event or a
-        pinned allocation costs the host about as much as a copy)."""
+        """Pay owed bytes with the oldest tracked values (large ones first) while fewer
+        than D2H_IN_FLIGHT copies are running: once PUMP_BATCH of the next value's size
+        are owed (what is owed, when forced), after one event on the compute stream and
+        before one event on the d2h stream that the whole batch shares (an event costs
+        the host about as much as a copy); each value into a pinned block of its size
+        class, recycled (GpuDevice.pinned_buffer)."""
         out = self.out
-        if not self.owed or len(out) >= D2H_IN_FLIGHT or (not force and self.owed < PUMP_BATCH):
+        if self.owed <= 0 or len(out) >= D2H_IN_FLIGHT:
             return
-        q = self.resident
+        q = self._oldest()
+        if q is None:
+            self.owed = 0             # nothing left on the device to move
+            return
+        if not force and self.owed < PUMP_BATCH * q[0]().nbytes:
+            return
         recs: list = []
-        while q and self.owed > len(recs) and len(out) + len(recs) < D2H_IN_FLIGHT:
-            rec = _live(q.popleft(), _Rec.QUEUED)
-            if rec is not None:
-                recs.append(rec)
+        paid = 0
+        while q is not None and self.owed > paid and len(out) + len(recs) < D2H_IN_FLIGHT:
+            rec = q.popleft()()
+            recs.append(rec)
+            paid += rec.nbytes
+            q = self._oldest()
         if recs:
             gpu = self.gpu
             s = gpu.d2h
             s.wait_event(gpu.record(gpu.compute))
-            sizes = [(rec.nbytes + 255) & ~255 for rec in recs]
-            owner, base = gpu.pinned_buffer(sum(sizes))
-            for rec, size in zip(recs, sizes):
+            for rec in recs:
                 arr = rec.dev
                 if not arr.flags.c_contiguous:
                     arr = rec.dev = gpu.cp.ascontiguousarray(arr).reshape(rec.shape)
-                rec.host, rec.host_ptr = owner, base    # the block lives while any uses it
-                base += size
+                rec.host, rec.host_ptr = gpu.pinned_buffer(rec.nbytes)
                 t0 = gpu.record(s) if gpu.tracing else None
                 gpu._memcpy(rec.host_ptr, arr.data.ptr, rec.nbytes, _D2H, s.ptr)
                 if t0 is not None:
@@ -750,11 +830,11 @@ class _Swapper:
                 rec.state = _Rec.OUT
                 gpu.stats["swap_out_bytes"] += rec.nbytes
                 gpu.stats["swap_outs"] += 1
-            self.owed -= len(recs)
+            self.owed -= paid         # (a large value may pay ahead for later pushes)
             ev = gpu.record(s)
             for rec in recs:
                 out.append((rec, ev))
-        if not q:
+        if q is None:
             self.owed = 0             # nothing left on the device to move
 
     def collect(self) -> None:
@@ -803,7 +883,7 @@ class _Swapper:
                 rec.state = _Rec.GONE
                 rec.dev = None
                 rec.host = None
-        if self.owed and self.usage() < self._limit:
+        if self.owed > 0 and self.usage() < self._limit:
             self.owed = 0                      # the backward pass is giving memory back
         if self.host:
             self._prefetch()
@@ -909,25 +989,26 @@ class _Swapper:
 
     def make_room(self) -> bool:
         """Throttle: move out what is owed and up to RELIEF_BYTES more of the oldest
-        values still on the device, and wait until their device buffers are free."""
+        values still on the device (large ones first), and wait until their device
+        buffers are free."""
         owed, extra, room = self.owed, 0, RELIEF_BYTES
-        for ref in self.resident:
+        for ref in itertools.chain(self.resident, self.resident_small):
             rec = _live(ref, _Rec.QUEUED)
             if rec is None:
                 continue
-            if owed:
-                owed -= 1
+            if owed > 0:
+                owed -= rec.nbytes
             elif room > 0:
                 room -= rec.nbytes
-                extra += 1
+                extra += rec.nbytes
             else:
                 break
-        if not extra and not self.owed and not self.out:
+        if not extra and self.owed <= 0 and not self.out:
             return False
         gpu = self.gpu
         t0 = gpu.record(gpu.d2h) if gpu.tracing else None
-        self.owed += extra
-        while (self.owed and self.resident) or self.out:
+        self.owed = max(self.owed, 0) + extra
+        while (self.owed > 0 and self._oldest() is not None) or self.out:
             self.pump(force=True)
             if self.out:
                 self.out[-1][1].synchronize()

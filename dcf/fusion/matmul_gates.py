@@ -67,7 +67,8 @@ def matmul_gates_groups(frame_nodes: list, gpu_of: dict, inputs_of: Any, taken: 
 
 
 # h written into the concatenation that reads it next (off: the gates allocate h alone;
-# bench/probes/concat_slots_ab.py compares the two in one process)
+# `python -m bench.probes.switch_ab dcf.fusion.matmul_gates:H_INTO_CONCAT KINDS N plan`
+# compares the two in one process)
 H_INTO_CONCAT = True
 
 # nodes a value passes through unchanged on its way to its next reader (in a loop: the

@@ -1,6 +1,6 @@
-"""The swapper's policy, through a swapping stack: each push past the threshold moves
-out the oldest tracked value (the backward pass wants it last), pops return every
-value intact, swapped entries come back ahead of their pops, and throttling moves
+"""The swapper's policy, through a swapping stack: the bytes of each push past the
+threshold move out as the oldest tracked values, large ones first (the backward pass
+wants the oldest last), pops return every value intact, swapped entries come back ahead of their pops, and throttling moves
 values out when an allocation would pass the budget."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def _fill(gpu, k: int, nbytes: int = MB):
 
 
 def _settle(sw) -> None:
-    while sw.out or (sw.owed and sw.resident):
+    while sw.out or (sw.owed > 0 and sw._oldest() is not None):
         sw.pump(force=True)
         if sw.out:
             sw.out[-1][1].synchronize()
@@ -70,6 +70,63 @@ def test_pushes_past_the_threshold_move_out_the_oldest_tracked_values(gpu):
     for k in range(39, -1, -1):
         v = stack.pop()
         np.testing.assert_array_equal(gpu.cp.asnumpy(v), np.full(MB // 4, k, np.float32))
+
+
+def test_large_values_move_out_first_and_pay_the_bytes_owed(gpu):
+    """Pushes of 4 MB and 1 MB values alternate; past the threshold the bytes owed are
+    paid with the oldest *large* tracked values (a copy costs the host about the same
+    whatever its size), the small ones stay while large ones are left, and what moves
+    covers what is owed by less than one value more."""
+    base = gpu.used_bytes()
+    gpu.configure(base + 160 * MB, 0.5)
+    gpu.swapper.reset()
+    sw = gpu.swapper
+    sw.largest = sw._step_largest = 0
+    limit = gpu.swap_threshold * gpu.capacity
+    stack = G.GpuStackStore("s", True, gpu)
+    owed = 0
+    sizes = []
+    out = gpu.stats["swap_out_bytes"]
+    for k in range(40):
+        n = 4 * MB if k % 2 else MB
+        x = _fill(gpu, k, n)
+        sw._countdown = 0
+        sw.collect()                           # as the push does first: finished copies
+        if gpu.used_bytes() >= limit:          # free their device buffers
+            owed += n
+        stack.push(x)
+        sizes.append(n)
+        del x
+    _settle(sw)
+    moved = gpu.stats["swap_out_bytes"] - out
+    assert owed > 8 * MB and owed <= moved < owed + 4 * MB
+    states = _states(stack)
+    large = [s for s, n in zip(states, sizes) if s is not None and n == 4 * MB]
+    small = [s for s, n in zip(states, sizes) if s is not None and n == MB]
+    assert small and all(s == G._Rec.QUEUED for s in small)       # large ones were left
+    k = large.count(G._Rec.HOST)
+    assert k * 4 * MB == moved and large[:k] == [G._Rec.HOST] * k    # the oldest large
+    assert all(s == G._Rec.QUEUED for s in large[k:])
+    for k in range(39, -1, -1):
+        v = stack.pop()
+        np.testing.assert_array_equal(gpu.cp.asnumpy(v),
+                                      np.full(sizes[k] // 4, k, np.float32))
+
+
+def test_small_values_move_when_no_large_one_is_left(gpu):
+    gpu.configure(None, 0.0)                    # every push owes its bytes
+    gpu.swapper.reset()
+    sw = gpu.swapper
+    stack = G.GpuStackStore("s", True, gpu)
+    for k in range(3):
+        stack.push(_fill(gpu, k, 4 * MB))
+    for k in range(3, 9):
+        stack.push(_fill(gpu, k, MB))
+    _settle(sw)
+    assert _states(stack) == [G._Rec.HOST] * 9
+    for k in range(8, -1, -1):
+        np.testing.assert_array_equal(gpu.cp.asnumpy(stack.pop()),
+                                      np.full((4 * MB if k < 3 else MB) // 4, k, np.float32))
 
 
 def test_swapped_entries_come_back_ahead_of_their_pops(gpu):
@@ -188,3 +245,40 @@ def test_pops_of_values_that_stayed_bring_swapped_ones_back_ahead(gpu):
     for k in range(last_out, -1, -1):
         np.testing.assert_array_equal(gpu.cp.asnumpy(stack.pop()),
                                       np.full(MB // 4, k, np.float32))
+
+
+def test_pinned_blocks_go_back_to_the_device_and_are_reused(gpu, monkeypatch):
+    """A swapped value's pinned block returns to its GPU's idle blocks when its entry is
+    popped, and the next step's swap-outs of that size take it again instead of a new
+    cudaHostAlloc."""
+    gpu.configure(None, 0.0)
+    gpu.swapper.reset()
+    gpu._swap_blocks.clear()
+    gpu._swap_idle_bytes = 0
+    made = []
+    alloc = gpu.cp.cuda.alloc_pinned_memory
+    monkeypatch.setattr(gpu.cp.cuda, "alloc_pinned_memory",
+                        lambda n: made.append(n) or alloc(n))
+
+    def step():
+        stack = G.GpuStackStore("s", True, gpu)
+        for k in range(2 * G.PUMP_BATCH):
+            stack.push(_fill(gpu, k))
+        _settle(gpu.swapper)
+        bases = {it.host.ptr for it in stack.items}
+        for k in range(2 * G.PUMP_BATCH - 1, -1, -1):
+            np.testing.assert_array_equal(gpu.cp.asnumpy(stack.pop()),
+                                          np.full(MB // 4, k, np.float32))
+        del stack
+        gpu.h2d.synchronize()
+        gc.collect()
+        gpu.collect()
+        return bases
+
+    n = 2 * G.PUMP_BATCH
+    bases = step()
+    assert len(bases) == n and len(made) == n                # a block per value
+    idle = {p for lst in gpu._swap_blocks.values() for _, p in lst}
+    assert idle == bases
+    assert gpu._swap_idle_bytes == sum(size * len(lst) for size, lst in gpu._swap_blocks.items())
+    assert step() == bases and len(made) == n                # the same blocks again
