@@ -131,14 +131,16 @@ class TensorArrayStore:
             return np.zeros((0,), self.dtype.np), lengths
         return xp.concatenate([v if v.ndim else v[None] for v in vals]), lengths
 
-    def scatter(self, indices: Any, value: Any) -> None:
+    def scatter(self, indices: Any, value: Any, accumulate: bool = False) -> None:
+        """value[k] to index indices[k] (added to what is there, with `accumulate`)."""
         value = _as_array(value)
         idx = [int(i) for i in _host(indices).reshape(-1)]
-        if len(idx) != value.shape[0]:
+        if not value.ndim or len(idx) != value.shape[0]:
+            rows = f"{value.shape[0]} rows" if value.ndim else "a scalar (no rows)"
             raise InvalidArgumentError(
-                f"scatter of {value.shape[0]} rows to {len(idx)} indices of {self._describe()}")
+                f"scatter of {rows} to {len(idx)} indices of {self._describe()}")
         for k, i in enumerate(idx):
-            self.write(i, value[k][()] if value.ndim == 1 else value[k])
+            self.write(i, value[k][()] if value.ndim == 1 else value[k], accumulate)
 
     def unstack(self, value: Any, indices: Any = None, accumulate: bool = False) -> None:
         """value[k] to index k for every row k (scatter to 0..n-1): where that fills an
@@ -155,11 +157,7 @@ class TensorArrayStore:
             return
         if indices is None:
             indices = np.arange(max(n, 0))
-        if accumulate:
-            for k, i in enumerate(_host(indices).reshape(-1)):
-                self.write(i, value[k][()] if value.ndim == 1 else value[k], accumulate=True)
-        else:
-            self.scatter(indices, value)
+        self.scatter(indices, value, accumulate)
 
     def split(self, value: Any, lengths: Any) -> None:
         value = _as_array(value)

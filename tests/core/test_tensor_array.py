@@ -352,6 +352,24 @@ def test_unstack_accumulate_adds_to_written_rows_and_fills_empty_ones():
     np.testing.assert_array_equal(other.read(1), v[2])
 
 
+def test_accumulating_rows_to_too_few_or_too_many_indices_names_the_array():
+    """ScatterAccumulate (the gradient of a gather) and scatter share one path: a row count
+    that does not match the indices is an error naming the array, accumulating or not,
+    with nothing written."""
+    v = np.ones((3, 2), np.float32)
+    for idx in (np.array([0, 1]), np.array([0, 1, 2, 0])):
+        for acc in (True, False):
+            s = _store(4)
+            with pytest.raises(InvalidArgumentError,
+                               match=rf"scatter of 3 rows to {len(idx)} indices of TensorArray 'arr'"):
+                s.unstack(v, idx, accumulate=acc)
+            assert s.elements == [None] * 4
+    s = _store(2)
+    s.write(0, np.ones(2, np.float32))
+    s.scatter(np.array([0, 0]), np.stack([np.full(2, 2, np.float32)] * 2), accumulate=True)
+    np.testing.assert_array_equal(s.read(0), np.full(2, 5, np.float32))
+
+
 def test_unstack_of_fewer_rows_than_elements_leaves_the_rest_unwritten():
     s = _store(3)
     s.unstack(np.ones((2, 2), np.float32))
