@@ -71,7 +71,7 @@ PREFETCH_BATCH = 8            # entries brought back per pop at most (one h2d ev
 PREFETCH_MIN = 4              # smallest prefetch batch while others are on their way
 D2H_IN_FLIGHT = 16            # swap-out copies queued on the d2h stream at once
 PUMP_BATCH = 4                # swap-outs started together (one pair of events per batch)
-LARGE_SHARE = 0.375           # values this share of the largest tracked one move out first
+LARGE_SHARE = 0.375           # values this share of the largest one pushed move out first
 PREFETCH_MAX_USE = 0.95       # the first PREFETCH_ITEMS come back while use is under this
 LANDING_MIN_BYTES = 8 << 20   # peer copies this large land on the h2d stream (see _land)
 LANDING_KEEP = 4              # idle landing buffers kept per shape and dtype
@@ -256,7 +256,7 @@ class GpuDevice:
 
     def pinned_buffer(self, nbytes: int) -> tuple[Any, int]:
         """(owner, address) of `nbytes` of pinned host memory for swapped stack entries
-        (no numpy view: only copies read and write it). The owner is a _SwapBlock: when
+        (no numpy view: only copies read and write it). The owner is a _GiveBack: when
         the last entry using it lets go, the block goes back to this device's idle
         blocks of its size (pinned_size), for the next swap-out of that size: a new
         block is a cudaHostAlloc of ~1.1-1.3 ms, which cupy's pinned pool made step after
@@ -273,7 +273,7 @@ class GpuDevice:
             if ptr is None:                  # the test stand-in's buffer
                 mem = np.frombuffer(mem, np.uint8)
                 ptr = mem.ctypes.data
-        return _SwapBlock(self, size, mem, ptr), ptr
+        return _GiveBack(self._swap_block_done, size, mem, ptr), ptr
 
     def _swap_block_done(self, size: int, mem: Any, ptr: int) -> None:
         if self._swap_idle_bytes + size <= SWAP_BLOCKS_IDLE_MAX:
@@ -388,7 +388,7 @@ class GpuDevice:
         else:
             mem = self.alloc(src.shape, src.dtype, what).data
             self._copy_stream_after_compute(s)
-        owner = _Landing(self, key, mem)
+        owner = _GiveBack(self._landed, key, mem)
         dst = cp.ndarray(src.shape, src.dtype, cp.cuda.MemoryPointer(
             cp.cuda.UnownedMemory(mem.ptr, n, owner, self.index), 0))
         s.wait_event(gv.event)
@@ -599,34 +599,19 @@ class _PeakTracker:
         self.peak = 0
 
 
-class _SwapBlock:
-    """Owns a pinned block of swapped entries while they use it; gives it back to its
-    GPU's idle blocks when they are gone."""
+class _GiveBack:
+    """Owns a buffer while an array (a landing buffer's, and its views) or swapped stack
+    entries use it; when they are gone, calls `give_back(*args)` -- the GPU's way of
+    keeping the buffer for the next copy of its kind."""
 
-    __slots__ = ("gpu", "size", "mem", "ptr")
+    __slots__ = ("give_back", "args")
 
-    def __init__(self, gpu: GpuDevice, size: int, mem: Any, ptr: int) -> None:
-        self.gpu, self.size, self.mem, self.ptr = gpu, size, mem, ptr
-
-    def __del__(self) -> None:
-        try:
-            self.gpu._swap_block_done(self.size, self.mem, self.ptr)
-        except Exception:   # noqa: BLE001 - interpreter shutdown: the pool frees it
-            pass
-
-
-class _Landing:
-    """Owns a landing buffer while an array (and its views) use it; gives it back to
-    its GPU when they are gone."""
-
-    __slots__ = ("gpu", "key", "mem")
-
-    def __init__(self, gpu: GpuDevice, key: tuple, mem: Any) -> None:
-        self.gpu, self.key, self.mem = gpu, key, mem
+    def __init__(self, give_back: Callable[..., None], *args: Any) -> None:
+        self.give_back, self.args = give_back, args
 
     def __del__(self) -> None:
         try:
-            self.gpu._landed(self.key, self.mem)
+            self.give_back(*self.args)
         except Exception:   # noqa: BLE001 - interpreter shutdown, device gone: the pool frees it
             pass
 

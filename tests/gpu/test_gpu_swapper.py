@@ -265,7 +265,7 @@ def test_pinned_blocks_go_back_to_the_device_and_are_reused(gpu, monkeypatch):
         for k in range(2 * G.PUMP_BATCH):
             stack.push(_fill(gpu, k))
         _settle(gpu.swapper)
-        bases = {it.host.ptr for it in stack.items}
+        bases = {it.host_ptr for it in stack.items}
         for k in range(2 * G.PUMP_BATCH - 1, -1, -1):
             np.testing.assert_array_equal(gpu.cp.asnumpy(stack.pop()),
                                           np.full(MB // 4, k, np.float32))
