@@ -34,7 +34,7 @@ def _timed_call(f, label):
 
 for _name in ("push", "pump", "collect", "pop", "_fetch", "_prefetch", "make_room"):
     setattr(gmod._Swapper, _name, _timed_call(getattr(gmod._Swapper, _name), f"_Swapper.{_name}"))
-for _name in ("relieve", "collect", "record", "pinned_buffer"):
+for _name in ("relieve", "collect", "record", "pinned_buffer", "copy_parts"):
     setattr(gmod.GpuDevice, _name, _timed_call(getattr(gmod.GpuDevice, _name),
                                                f"GpuDevice.{_name}"))
 
@@ -67,7 +67,8 @@ def main() -> None:
             wall = np.median([w for w, _ in ts[k]]) * 1e3
             cpu = np.median([c for _, c in ts[k]]) * 1e3
             print(f"{k}: step {wall:.2f} ms (host CPU {cpu:.2f} ms), {wall / L * 1e3:.1f} us/iter; "
-                  f"swap_outs {gpu.stats['swap_outs']}", flush=True)
+                  f"swap_outs {gpu.stats['swap_outs']}, copy batches {gpu.stats['swap_batches']}, "
+                  f"kept {gpu.stats['swap_kept']} (totals)", flush=True)
             T, N = per[k]
             for label, t in T.most_common():
                 print(f"    {label:22s} {N[label] / rounds:8.0f} calls {t / rounds * 1e3:8.2f} ms",

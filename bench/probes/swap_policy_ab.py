@@ -40,7 +40,7 @@ def main() -> None:
                 setattr(gmod, name, v)
                 m.step(xv)
             ts: dict = {k: [] for k in runs}
-            moved: dict = {k: [0, 0] for k in runs}
+            moved: dict = {k: [0, 0, 0, 0] for k in runs}
             for r in range(rounds):
                 order = list(runs) if r % 2 == 0 else list(reversed(list(runs)))
                 for k in order:
@@ -54,6 +54,8 @@ def main() -> None:
                     ts[k].append((time.perf_counter() - t0) / L * 1e3)
                     moved[k][0] += gpu.stats["swap_outs"] - before.get("swap_outs", 0)
                     moved[k][1] += gpu.stats["swap_out_bytes"] - before.get("swap_out_bytes", 0)
+                    moved[k][2] += gpu.stats["swap_batches"] - before.get("swap_batches", 0)
+                    moved[k][3] += gpu.stats["swap_kept"] - before.get("swap_kept", 0)
             setattr(gmod, name, base_value)
             med = {k: float(np.median(v)) for k, v in ts.items()}
             pair = {k: float(np.median([a / b for a, b in zip(ts[k], ts["noswap"])]))
@@ -63,7 +65,10 @@ def main() -> None:
                   f"variant {100 * (pair['variant'] - 1):+.1f}%; moved per step: swap "
                   f"{moved['swap'][0] / rounds:.0f} values {moved['swap'][1] / rounds / 2**20:.0f} MiB, "
                   f"variant {moved['variant'][0] / rounds:.0f} values "
-                  f"{moved['variant'][1] / rounds / 2**20:.0f} MiB", flush=True)
+                  f"{moved['variant'][1] / rounds / 2**20:.0f} MiB; copy batches (both ways) "
+                  f"{moved['swap'][2] / rounds:.0f} / {moved['variant'][2] / rounds:.0f}, "
+                  f"kept (memory shared) {moved['swap'][3] / rounds:.0f} / "
+                  f"{moved['variant'][3] / rounds:.0f}", flush=True)
             del xv
     finally:
         plain.close()

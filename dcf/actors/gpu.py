@@ -31,8 +31,9 @@ allocation first moves saved values out and waits for their device buffers to be
 `swap_memory=True` loops swap values (>= 64 KiB, each buffer once) to pinned host
 memory on the d2h stream once pool use passes `swap_threshold` of the limit: each push
 past it moves out the oldest saved value still on the device (the backward pass wants
-it last); pops bring swapped entries back on the h2d stream ahead of use (stack order
-is known), and a value still on the device is popped as is.
+it last), unless other arrays hold its memory (a move would free nothing); pops bring
+swapped entries back on the h2d stream ahead of use (stack order is known), and a value
+still on the device is popped as is.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ import contextlib
 import functools
 import gc
 import itertools
+import sys
 import threading
 import time
 import weakref
@@ -81,6 +83,7 @@ RELIEF_BYTES = 256 << 20      # what one throttling step moves out beyond what i
 USAGE_EVERY = 16              # swapper decisions re-read pool use this often
 PINNED_STEP_MIN = 4 << 10     # pinned blocks come in sizes of at least this step
 SWAP_BLOCKS_IDLE_MAX = 4 << 30  # idle pinned swap blocks kept per GPU at most (bytes)
+KEEP_SHARED = True            # saved values whose memory other arrays hold are not moved
 
 _H2D, _D2H, _DEFAULT = 1, 2, 4    # cudaMemcpyKind (Default: by the pointers, unified addressing)
 _ACTIVE: list = [None, None]  # the GpuDevice whose device and stream are current, and
@@ -136,6 +139,16 @@ class GpuDevice:
         # idle landing buffers of large peer copies: (shape, dtype) -> [(memory, event)];
         # None where cupy can't wrap memory with an owner (the test stand-in)
         self._landing: dict | None = {} if hasattr(cp.cuda, "UnownedMemory") else None
+        # who else holds an array's device memory (memory_holders), counted against a
+        # lone owner's and a lone view's counts
+        self._holders = _stand_in_holders if gpu_devices.is_fake() else _cupy_holders
+        with self._device:
+            a = cp.empty(256, np.float32)
+            owner = self._holders(a)[0]
+            v = a[128:]
+            del a
+            self._holders_base = (owner, self._holders(v)[0])   # a lone owner, a lone view
+            del v
 
     # ------------------------------------------------------------ context
     def activate(self) -> None:
@@ -254,6 +267,15 @@ class GpuDevice:
                     raise ResourceExhaustedError(self._oom_text(what, e)) from None
                 attempt += 1
 
+    def memory_holders(self, arr: Any) -> tuple[int, int]:
+        """(how many other arrays keep `arr`'s device memory alive, a key of that
+        memory): 0 where dropping `arr` frees the memory. For an array that owns its
+        memory, the views into it; for a view, the other views and whatever else holds
+        the owner. Read off reference counts, so exact only where no temporary holds
+        them -- for a saved value long after its push."""
+        n, key, view = self._holders(arr)
+        return n - self._holders_base[view], key
+
     def pinned_buffer(self, nbytes: int) -> tuple[Any, int]:
         """(owner, address) of `nbytes` of pinned host memory for swapped stack entries
         (no numpy view: only copies read and write it). The owner is a _GiveBack: when
@@ -279,6 +301,23 @@ class GpuDevice:
         if self._swap_idle_bytes + size <= SWAP_BLOCKS_IDLE_MAX:
             self._swap_blocks.setdefault(size, []).append((mem, ptr))
             self._swap_idle_bytes += size
+
+    def copy_parts(self, parts: list, stream: Any, what: str, kind: int) -> Any:
+        """Copy `parts` [(dst, src, bytes)] on `stream` (cudaMemcpyKind `kind`) and
+        return one event recorded after them all; traced as one slice named `what`
+        ("swap out", "swap in"). (One kernel launch for a batch's parts was tried:
+        bench/NOTES.md, "GPU, session 13".)"""
+        t0 = self.record(stream) if self.tracing else None
+        memcpy, sp = self._memcpy, stream.ptr
+        for dst, src, n in parts:
+            memcpy(dst, src, n, kind, sp)
+        ev = self.record(stream)
+        if t0 is not None:
+            name = "MemcpyDtoH" if kind == _D2H else "MemcpyHtoD"
+            track = "d2h" if kind == _D2H else "h2d"
+            self.trace_events.append((what, name, t0, ev, track, "", self.stats["swap_batches"]))
+        self.stats["swap_batches"] += 1
+        return ev
 
     def pinned_empty(self, shape: tuple, dtype: Any) -> np.ndarray:
         dtype = np.dtype(dtype)
@@ -592,6 +631,30 @@ def merge_trace(host_events: list, dev_events: list) -> list:
     return out + extra
 
 
+def _cupy_holders(arr: Any) -> tuple[int, int, int]:
+    # (a count, the id of the array owning the memory, whether arr is a view), counted
+    # against a lone owner's and a lone view's counts (GpuDevice.__init__) so that the
+    # interpreter's temporaries cancel out. An owner: the views into it -- each holds a
+    # MemoryPointer to its memory (its own, or the owner's at offset 0) -- not the
+    # references to the array itself (the executor's, while it is young). A view: the
+    # references to its owner, which each view holds as its `base`.
+    o = arr.base
+    if o is None:
+        d = arr.data
+        return sys.getrefcount(d) + sys.getrefcount(d.mem), id(arr), 0
+    return sys.getrefcount(o), id(o), 1
+
+
+def _stand_in_holders(arr: Any) -> tuple[int, int, int]:
+    # the same for the stand-in, whose arrays wrap numpy arrays: a view's numpy base is
+    # the owning numpy array
+    a = arr._a
+    o = a.base
+    if o is None:
+        return sys.getrefcount(a), id(a), 0
+    return sys.getrefcount(o), id(o), 1
+
+
 class _PeakTracker:
     def __init__(self, gpu: GpuDevice) -> None:
         self.gpu = gpu
@@ -647,7 +710,7 @@ class _Rec:
     """One saved value on a swapping stack (shared by pushes of the same buffer)."""
 
     __slots__ = ("dev", "host", "host_ptr", "ev_in", "state", "refs", "key", "shape", "dtype",
-                 "nbytes", "ahead", "__weakref__")
+                 "nbytes", "ahead", "frees", "__weakref__")
 
     QUEUED, OUT, HOST, IN, GONE = range(5)      # QUEUED: on the device, may move out
 
@@ -663,6 +726,7 @@ class _Rec:
         self.dtype = value.dtype
         self.nbytes = value.nbytes
         self.ahead = False        # brought back ahead of its pop, not popped yet
+        self.frees = False        # moving it out frees device memory: checked
 
 
 def _live(ref: Any, state: int) -> Any:
@@ -682,7 +746,8 @@ class _Swapper:
     and are popped without waiting, while the oldest ones have the whole backward pass
     to come back; and a copy, like anything else put on another stream, costs the host
     about the same whatever its size (bench/NOTES.md, "GPU, session 12"), so the same
-    bytes move in fewer, larger copies. Values are brought back newest-swapped first, as
+    bytes move in fewer, larger copies. A value whose memory other arrays hold (a view,
+    or a buffer a live view points into) is not moved: its move would free nothing. Values are brought back newest-swapped first, as
     far ahead as memory under the threshold allows (at least PREFETCH_ITEMS entries).
     Records are held weakly: the stacks own them, so a run that fails leaves nothing
     behind here."""
@@ -696,6 +761,7 @@ class _Swapper:
         self._step_largest = 0      # ... this step
         self.owed = 0               # bytes pushes past the threshold owe (< 0: paid ahead)
         self.out: collections.deque = collections.deque()   # (rec, event) in flight
+        self.shared: dict = {}      # memory key -> saved views of it waiting for the rest
         self.host: list = []        # swapped out, oldest push first (pops want the last)
         self.ahead = 0              # records brought back ahead of their pops
         self.ahead_refs: list = []  # (weakly) those records, in the order they came back
@@ -723,6 +789,7 @@ class _Swapper:
         self.owed = max(0, min(self.owed, on_device))
         if self.by_key:
             self.by_key = {k: r for k, r in self.by_key.items() if r() is not None}
+        self.shared = {}
 
     def usage(self) -> int:
         """Device pool bytes in use, re-read every USAGE_EVERY calls."""
@@ -767,13 +834,42 @@ class _Swapper:
 
     def _oldest(self) -> Any:
         """The queue the next swap-out comes from (large values first), its dead
-        references dropped; None where no tracked value is left on the device."""
+        references dropped and its values whose move would free nothing (_frees) set
+        aside; None where no tracked value is left on the device."""
+        Q = _Rec.QUEUED
         for q in (self.resident, self.resident_small):
-            while q and _live(q[0], _Rec.QUEUED) is None:
+            while q:
+                rec = _live(q[0], Q)
+                if rec is not None and (rec.frees or not KEEP_SHARED or self._frees(rec, q)):
+                    return q
                 q.popleft()
-            if q:
-                return q
         return None
+
+    def _frees(self, rec: _Rec, q: Any) -> bool:
+        """Whether moving `rec` out would free its device memory. A value whose memory
+        another array holds -- a view into a buffer, or a buffer a view of which lives on
+        (an LSTM's concatenation [x, h] whose h the outputs' TensorArray keeps) -- stays
+        on the device: its move would cost a copy each way and free nothing. Views of one
+        buffer that are all saved move together, once the last of them comes up (they
+        are put back at the head of `q`). Asked when the value is about to move, long
+        after its push, when no temporary holds it any more."""
+        others, key = self.gpu.memory_holders(rec.dev)
+        if others <= 0:
+            rec.frees = True
+            return True
+        group = self.shared.setdefault(key, [])
+        group.append(weakref.ref(rec))
+        live = [r for r in group if _live(r, _Rec.QUEUED) is not None]
+        if len(live) <= others:
+            self.shared[key] = live
+            self.gpu.stats["swap_kept"] += 1
+            return False
+        del self.shared[key]
+        for r in live:
+            r().frees = True
+        q.popleft()
+        q.extendleft(reversed(live))
+        return True
 
     def pump(self, force: bool = False) -> None:
         """Pay owed bytes with the oldest tracked values (large ones first) while fewer
@@ -802,21 +898,18 @@ class _Swapper:
             gpu = self.gpu
             s = gpu.d2h
             s.wait_event(gpu.record(gpu.compute))
+            parts = []
             for rec in recs:
                 arr = rec.dev
                 if not arr.flags.c_contiguous:
                     arr = rec.dev = gpu.cp.ascontiguousarray(arr).reshape(rec.shape)
                 rec.host, rec.host_ptr = gpu.pinned_buffer(rec.nbytes)
-                t0 = gpu.record(s) if gpu.tracing else None
-                gpu._memcpy(rec.host_ptr, arr.data.ptr, rec.nbytes, _D2H, s.ptr)
-                if t0 is not None:
-                    gpu.trace_events.append(("swap out", "MemcpyDtoH", t0, gpu.record(s),
-                                             "d2h", "", gpu.stats["swap_outs"]))
+                parts.append((rec.host_ptr, arr.data.ptr, rec.nbytes))
                 rec.state = _Rec.OUT
                 gpu.stats["swap_out_bytes"] += rec.nbytes
-                gpu.stats["swap_outs"] += 1
+            gpu.stats["swap_outs"] += len(recs)
+            ev = gpu.copy_parts(parts, s, "swap out", _D2H)
             self.owed -= paid         # (a large value may pay ahead for later pushes)
-            ev = gpu.record(s)
             for rec in recs:
                 out.append((rec, ev))
         if q is None:
@@ -878,8 +971,8 @@ class _Swapper:
 
     def _fetch(self, rec: _Rec, batch: list | None = None) -> bool:
         """Copy a swapped entry back on the h2d stream. With `batch` (a prefetch), the
-        entry joins it: the h2d stream waits for the compute stream once, before the
-        batch's first copy, the caller records one event for all of them, and a full
+        entry joins it: its buffer is allocated, the caller copies the batch's entries
+        together (GpuDevice.copy_parts) after one wait for the compute stream, and a full
         pool ends the prefetch (False) instead of making room."""
         gpu = self.gpu
         if batch is None:
@@ -889,18 +982,13 @@ class _Swapper:
                 dst = gpu.cp.empty(rec.shape, rec.dtype)
             except MemoryError:
                 return False
-        s = gpu.h2d
-        if not batch:
-            gpu._copy_stream_after_compute(s)
-        t0 = gpu.record(s) if gpu.tracing else None
-        gpu._memcpy(dst.data.ptr, rec.host_ptr, rec.nbytes, _H2D, s.ptr)
-        if t0 is not None:
-            gpu.trace_events.append(("swap in", "MemcpyHtoD", t0, gpu.record(s), "h2d", "",
-                                     gpu.stats["swap_ins"]))
         rec.dev = dst
         rec.state = _Rec.IN
         if batch is None:
-            rec.ev_in = gpu.record(s)
+            s = gpu.h2d
+            gpu._copy_stream_after_compute(s)
+            rec.ev_in = gpu.copy_parts([(dst.data.ptr, rec.host_ptr, rec.nbytes)], s,
+                                       "swap in", _H2D)
         else:
             batch.append(rec)
             rec.ahead = True
@@ -949,7 +1037,10 @@ class _Swapper:
         for rec in reversed(cands[done:]):          # not fetched: back, in stack order
             h.append(weakref.ref(rec))
         if batch:
-            ev = gpu.record(gpu.h2d)
+            s = gpu.h2d
+            gpu._copy_stream_after_compute(s)
+            ev = gpu.copy_parts([(r.dev.data.ptr, r.host_ptr, r.nbytes) for r in batch], s,
+                                "swap in", _H2D)
             for rec in batch:
                 rec.ev_in = ev
 

@@ -282,3 +282,68 @@ def test_pinned_blocks_go_back_to_the_device_and_are_reused(gpu, monkeypatch):
     assert idle == bases
     assert gpu._swap_idle_bytes == sum(size * len(lst) for size, lst in gpu._swap_blocks.items())
     assert step() == bases and len(made) == n                # the same blocks again
+
+
+def test_memory_holders_count_the_other_arrays_on_the_same_memory(gpu):
+    a = _fill(gpu, 1)
+    assert gpu.memory_holders(a)[0] == 0
+    v = a[1:]                                     # a view at an offset
+    assert gpu.memory_holders(a)[0] == 1 and gpu.memory_holders(v)[0] == 1
+    assert gpu.memory_holders(a)[1] == gpu.memory_holders(v)[1]
+    r = a.reshape(2, -1)                          # and one at offset 0
+    assert gpu.memory_holders(a)[0] == 2
+    del v, r
+    assert gpu.memory_holders(a)[0] == 0
+    assert gpu.memory_holders(a)[1] != gpu.memory_holders(_fill(gpu, 2))[1]
+
+
+def test_a_buffer_a_live_view_keeps_stays_on_the_device(gpu):
+    """An LSTM's concatenation [x, h] is saved while the outputs' TensorArray keeps h, a
+    view into it: moving the buffer out would free nothing (a copy each way for
+    nothing), so it stays and the bytes owed are paid with values whose move frees
+    them."""
+    gpu.configure(None, 0.0)                    # every push owes its bytes
+    gpu.swapper.reset()
+    sw = gpu.swapper
+    kept = gpu.stats["swap_kept"]
+    stack = G.GpuStackStore("s", True, gpu)
+    views = []
+    for k in range(8):
+        x = _fill(gpu, k, 2 * MB)
+        if k % 2:
+            views.append(x[MB // 4:])           # its last half lives on
+        stack.push(x)
+        del x
+    _settle(sw)
+    states = _states(stack)
+    assert states[0::2] == [G._Rec.HOST] * 4
+    assert states[1::2] == [G._Rec.QUEUED] * 4
+    assert gpu.stats["swap_kept"] - kept == 4
+    for k in range(7, -1, -1):
+        np.testing.assert_array_equal(gpu.cp.asnumpy(stack.pop()),
+                                      np.full(MB // 2, k, np.float32))
+    for k, v in zip(range(1, 8, 2), views):
+        np.testing.assert_array_equal(gpu.cp.asnumpy(v), np.full(MB // 4, k, np.float32))
+
+
+def test_saved_views_of_one_buffer_move_together(gpu):
+    """Views of one buffer all saved move out once the last of them comes up (together
+    they hold the memory); while an unsaved view lives on, none moves."""
+    gpu.configure(None, 0.0)
+    gpu.swapper.reset()
+    sw = gpu.swapper
+    stack = G.GpuStackStore("s", True, gpu)
+    a = _fill(gpu, 1, 2 * MB)
+    b = _fill(gpu, 2, 2 * MB)
+    views = [a[:MB // 4], a[MB // 4:], b[:MB // 4], b[MB // 4:]]
+    other = b[:8]                               # not saved: b's memory stays
+    del a, b
+    for v in views:
+        stack.push(v)
+    del views, v
+    _settle(sw)
+    assert _states(stack) == [G._Rec.HOST] * 2 + [G._Rec.QUEUED] * 2
+    for k in (2, 2, 1, 1):
+        np.testing.assert_array_equal(gpu.cp.asnumpy(stack.pop()),
+                                      np.full(MB // 4, k, np.float32))
+    np.testing.assert_array_equal(gpu.cp.asnumpy(other), np.full(8, 2, np.float32))
