@@ -1,7 +1,7 @@
 """Where a swapping LSTM step's extra time goes: lstm_swap's model at length L under its
 calibrated budget, no swap and swap alternating in one process, with the swapper's
-methods, the device's allocation retries (throttling) and its event polling timed in
-place (inclusive host us per step; ~0.3 us of timer per call):
+methods, the device's allocation retries (throttling), its event polling and the garbage
+collector timed in place (inclusive host us per step; ~0.3 us of timer per call):
 
     python -m bench.probes.swap_costs L ROUNDS
 
@@ -34,12 +34,25 @@ def _timed_call(f, label):
 
 for _name in ("push", "pump", "collect", "pop", "_fetch", "_prefetch", "make_room"):
     setattr(gmod._Swapper, _name, _timed_call(getattr(gmod._Swapper, _name), f"_Swapper.{_name}"))
-for _name in ("relieve", "collect", "record", "pinned_buffer", "copy_parts"):
+for _name in ("relieve", "collect", "record", "pinned_buffer", "copy_parts", "used_bytes"):
     setattr(gmod.GpuDevice, _name, _timed_call(getattr(gmod.GpuDevice, _name),
                                                f"GpuDevice.{_name}"))
 
 
+_gc_t0 = [0.0]
+
+
+def _gc_timer(phase, info):           # the collector's own time, as a timed "function"
+    if phase == "start":
+        _gc_t0[0] = time.perf_counter()
+    else:
+        _T[f"gc (gen {info['generation']})"] += time.perf_counter() - _gc_t0[0]
+        _N[f"gc (gen {info['generation']})"] += 1
+
+
 def main() -> None:
+    import gc
+    gc.callbacks.append(_gc_timer)
     L, rounds = int(sys.argv[1]), int(sys.argv[2])
     B = U = D = int(os.environ.get("DCF_PROBE_UNITS", 512))   # small: stand-in GPUs
     budget = calibrate_budget(B, U, D, 32, 530, 100 if B >= 256 else 20)["budget"]

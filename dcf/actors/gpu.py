@@ -707,26 +707,26 @@ def pinned_size(nbytes: int) -> int:
 
 # ----------------------------------------------------------------- swapping
 class _Rec:
-    """One saved value on a swapping stack (shared by pushes of the same buffer)."""
+    """One saved value moved off the device (shared by the stack entries that hold the
+    same array), made when its swap-out starts."""
 
     __slots__ = ("dev", "host", "host_ptr", "ev_in", "state", "refs", "key", "shape", "dtype",
-                 "nbytes", "ahead", "frees", "__weakref__")
+                 "nbytes", "ahead", "__weakref__")
 
-    QUEUED, OUT, HOST, IN, GONE = range(5)      # QUEUED: on the device, may move out
+    OUT, HOST, IN, GONE = range(4)      # OUT: its copy to the host is running
 
-    def __init__(self, value: Any, key: tuple) -> None:
+    def __init__(self, value: Any, key: int) -> None:
         self.dev = value
         self.host = None          # the pinned buffer's owner (keeps it alive)
         self.host_ptr = 0
         self.ev_in = None
-        self.state = _Rec.QUEUED
+        self.state = _Rec.OUT
         self.refs = 1
-        self.key = key
+        self.key = key            # id() of the array (alive while dev holds it)
         self.shape = value.shape
         self.dtype = value.dtype
         self.nbytes = value.nbytes
         self.ahead = False        # brought back ahead of its pop, not popped yet
-        self.frees = False        # moving it out frees device memory: checked
 
 
 def _live(ref: Any, state: int) -> Any:
@@ -739,24 +739,33 @@ class _Swapper:
     """Moves saved loop values to pinned host memory and back (one per GPU).
 
     Pushes of swappable values are tracked once pool use passes WATCH_SHARE of the swap
-    threshold. Each push past the threshold owes its bytes, and the swapper pays them
-    with the *oldest* tracked values still on the device -- the large ones (at least
+    threshold -- as (stack, index) candidates, nothing more, since most of them never
+    move and a tracked push must cost little more than a plain one (bench/NOTES.md, "GPU,
+    session 13"). Each push past the threshold owes its bytes, and the swapper pays them
+    with the *oldest* candidates still on the device -- the large ones (at least
     LARGE_SHARE of the largest swappable value pushed) first, the others only when no
-    large one is left: the backward loop pops the newest values first, so those stay on the device
-    and are popped without waiting, while the oldest ones have the whole backward pass
-    to come back; and a copy, like anything else put on another stream, costs the host
-    about the same whatever its size (bench/NOTES.md, "GPU, session 12"), so the same
-    bytes move in fewer, larger copies. A value whose memory other arrays hold (a view,
-    or a buffer a live view points into) is not moved: its move would free nothing. Values are brought back newest-swapped first, as
-    far ahead as memory under the threshold allows (at least PREFETCH_ITEMS entries).
-    Records are held weakly: the stacks own them, so a run that fails leaves nothing
-    behind here."""
+    large one is left: the backward loop pops the newest values first, so those stay on
+    the device and are popped without waiting, while the oldest ones have the whole
+    backward pass to come back; and a copy, like anything else put on another stream,
+    costs the host about the same whatever its size (bench/NOTES.md, "GPU, session 12"),
+    so the same bytes move in fewer, larger copies. A value whose memory other arrays
+    hold (a view, or a buffer a live view points into) is not moved: its move would free
+    nothing. A moving value's stack entries (all of them, where one array was pushed
+    more than once) get its record. Values are brought back newest-swapped first, as far
+    ahead as memory under the threshold allows (at least PREFETCH_ITEMS entries).
+    Stacks and records are held weakly: the stacks own them, so a run that fails leaves
+    nothing behind here."""
 
     def __init__(self, gpu: GpuDevice) -> None:
         self.gpu = gpu
-        self.by_key: dict[tuple, Any] = {}            # (ptr, nbytes) -> weakref of a record
-        self.resident: collections.deque = collections.deque()  # tracked, on the device:
-        self.resident_small: collections.deque = collections.deque()  # large ones; others
+        # candidates, oldest first: (stack's weak reference, index, id(value), nbytes);
+        # large ones and the others
+        self.resident: collections.deque = collections.deque()
+        self.resident_small: collections.deque = collections.deque()
+        self.first: dict[int, tuple] = {}   # id(value) -> (stack ref, index) of its first push
+        self.dups: dict[int, list] = {}     # id(value) -> its entries, where pushed again
+        self.moving: dict[int, _Rec] = {}   # id(value) -> its record while the copy runs
+        self.freeing: set = set()           # ids of saved views whose whole group is saved
         self.largest = 0            # the largest swappable value pushed this step or the last
         self._step_largest = 0      # ... this step
         self.owed = 0               # bytes pushes past the threshold owe (< 0: paid ahead)
@@ -773,23 +782,23 @@ class _Swapper:
 
     def reset(self) -> None:
         """Before a step: sample pool use afresh, take the device's threshold, forget
-        records that are gone."""
+        candidates and records that are gone."""
         self.largest, self._step_largest = self._step_largest, 0
         self._countdown = 0
         self._limit = self.gpu.swap_threshold * self.gpu.capacity
         self._watch = WATCH_SHARE * self._limit
-        Q, H = _Rec.QUEUED, _Rec.HOST
-        self.resident = collections.deque(r for r in self.resident if _live(r, Q))
-        self.resident_small = collections.deque(r for r in self.resident_small if _live(r, Q))
-        self.host = [r for r in self.host if _live(r, H)]
+        self.resident = collections.deque(e for e in self.resident if self._value(e) is not None)
+        self.resident_small = collections.deque(e for e in self.resident_small
+                                                if self._value(e) is not None)
+        self.host = [r for r in self.host if _live(r, _Rec.HOST)]
         self.ahead_refs = [r for r in self.ahead_refs if r() is not None and r().ahead]
         self.ahead = len(self.ahead_refs)
-        on_device = sum(r().nbytes for q in (self.resident, self.resident_small) for r in q
-                        if r() is not None)
+        on_device = sum(e[3] for q in (self.resident, self.resident_small) for e in q)
         self.owed = max(0, min(self.owed, on_device))
-        if self.by_key:
-            self.by_key = {k: r for k, r in self.by_key.items() if r() is not None}
+        self.first = {}
+        self.dups = {}
         self.shared = {}
+        self.freeing = set()
 
     def usage(self) -> int:
         """Device pool bytes in use, re-read every USAGE_EVERY calls."""
@@ -799,11 +808,15 @@ class _Swapper:
             self._countdown = USAGE_EVERY
         return self._used
 
-    def push(self, value: Any, swappable: bool) -> Any:
-        if not swappable or type(value) is not self.gpu.ndarray or \
-                value.nbytes < SWAP_MIN_BYTES:
-            return value
+    def push(self, stack: Any, value: Any, swappable: bool) -> None:
+        """Append `value` to `stack`'s items, tracking it past the watch share."""
+        items = stack.items
+        items.append(value)
+        if not swappable or type(value) is not self.gpu.ndarray:
+            return
         n = value.nbytes
+        if n < SWAP_MIN_BYTES:
+            return
         if n > self._step_largest:
             self._step_largest = n
             if n > self.largest:
@@ -811,65 +824,96 @@ class _Swapper:
         if self.out:
             self.collect()
         used = self.usage()
-        by_key = self.by_key
-        if used < self._watch and not by_key:
-            return value           # far from the threshold, nothing tracked: a plain value
-        key = (value.data.ptr, value.nbytes)
-        ref = by_key.get(key)
-        if ref is not None:
-            rec = ref()
-            if rec is not None:    # the same buffer again (e.g. c_new(t) is c(t+1))
-                rec.refs += 1
-                return rec
+        moving = self.moving
+        if used < self._watch and not moving:
+            return                 # far from the threshold, nothing moving: a plain value
+        vid = id(value)
+        rec = moving.get(vid)
+        if rec is not None and rec.dev is value:   # pushed again while it moves out
+            rec.refs += 1
+            items[-1] = rec
+            return
         if used < self._watch:
-            return value
-        rec = _Rec(value, key)
-        ref = weakref.ref(rec)
-        by_key[key] = ref
-        (self.resident if n >= LARGE_SHARE * self.largest else self.resident_small).append(ref)
+            return
+        i = len(items) - 1
+        p = self.first.get(vid)
+        if p is not None:
+            other = p[0]()
+            if other is not None and p[1] < len(other.items) and other.items[p[1]] is value:
+                self.dups.setdefault(vid, [p]).append((stack.ref, i))
+                return             # the same array again (e.g. c_new(t) is c(t+1))
+        self.first[vid] = (stack.ref, i)
+        (self.resident if n >= LARGE_SHARE * self.largest else self.resident_small).append(
+            (stack.ref, i, vid, n))
         if used >= self._limit:
             self.owed += n
             self.pump()
-        return rec
 
-    def _oldest(self) -> Any:
-        """The queue the next swap-out comes from (large values first), its dead
-        references dropped and its values whose move would free nothing (_frees) set
-        aside; None where no tracked value is left on the device."""
-        Q = _Rec.QUEUED
-        for q in (self.resident, self.resident_small):
-            while q:
-                rec = _live(q[0], Q)
-                if rec is not None and (rec.frees or not KEEP_SHARED or self._frees(rec, q)):
-                    return q
-                q.popleft()
+    @staticmethod
+    def _value(e: tuple) -> Any:
+        """A candidate's array, if its stack entry still holds it, else None."""
+        stack = e[0]()
+        if stack is not None:
+            items = stack.items
+            if e[1] < len(items):
+                v = items[e[1]]
+                if id(v) == e[2] and type(v) is not _Rec:
+                    return v
         return None
 
-    def _frees(self, rec: _Rec, q: Any) -> bool:
-        """Whether moving `rec` out would free its device memory. A value whose memory
-        another array holds -- a view into a buffer, or a buffer a view of which lives on
-        (an LSTM's concatenation [x, h] whose h the outputs' TensorArray keeps) -- stays
-        on the device: its move would cost a copy each way and free nothing. Views of one
-        buffer that are all saved move together, once the last of them comes up (they
-        are put back at the head of `q`). Asked when the value is about to move, long
-        after its push, when no temporary holds it any more."""
-        others, key = self.gpu.memory_holders(rec.dev)
-        if others <= 0:
-            rec.frees = True
-            return True
-        group = self.shared.setdefault(key, [])
-        group.append(weakref.ref(rec))
-        live = [r for r in group if _live(r, _Rec.QUEUED) is not None]
-        if len(live) <= others:
-            self.shared[key] = live
-            self.gpu.stats["swap_kept"] += 1
-            return False
-        del self.shared[key]
-        for r in live:
-            r().frees = True
-        q.popleft()
-        q.extendleft(reversed(live))
-        return True
+    def _next(self) -> tuple:
+        """(queue, array) of the next swap-out: the oldest candidate still on the device,
+        large ones first, whose move frees memory; (None, None) where none is left.
+        Candidates gone from their stacks are dropped; values whose memory other arrays
+        hold are set aside (a view, or a buffer a live view points into, as an LSTM's
+        concatenation [x, h] whose h the outputs' TensorArray keeps: a move would cost a
+        copy each way and free nothing). Saved views of one buffer move together, once
+        the last of them comes up (put back at the head of the queue). Asked when the
+        value is about to move, long after its push, when no temporary holds it."""
+        for q in (self.resident, self.resident_small):
+            while q:
+                e = q[0]
+                v = self._value(e)
+                if v is None:
+                    q.popleft()
+                    continue
+                if not KEEP_SHARED or e[2] in self.freeing:
+                    return q, v
+                others, key = self.gpu.memory_holders(v)
+                if others <= 0:
+                    self.freeing.add(e[2])       # (asked once while it waits at the head)
+                    return q, v
+                q.popleft()
+                group = self.shared.setdefault(key, [])
+                group.append(e)
+                live = [g for g in group if self._value(g) is not None]
+                if len(live) <= others:
+                    self.shared[key] = live
+                    self.gpu.stats["swap_kept"] += 1
+                    continue
+                del self.shared[key]
+                self.freeing.update(g[2] for g in live)
+                q.extendleft(reversed(live))
+        return None, None
+
+    def _record(self, e: tuple, v: Any) -> _Rec:
+        """The record of candidate `e` (array `v`), put in place of v in each of its
+        stack entries."""
+        vid = e[2]
+        rec = _Rec(v, vid)
+        entries = self.dups.pop(vid, None)
+        if entries is None:
+            e[0]().items[e[1]] = rec
+        else:
+            rec.refs = 0
+            for ref, i in entries:
+                stack = ref()
+                if stack is not None and i < len(stack.items) and stack.items[i] is v:
+                    stack.items[i] = rec
+                    rec.refs += 1
+        self.freeing.discard(vid)
+        self.moving[vid] = rec
+        return rec
 
     def pump(self, force: bool = False) -> None:
         """Pay owed bytes with the oldest tracked values (large ones first) while fewer
@@ -881,19 +925,20 @@ class _Swapper:
         out = self.out
         if self.owed <= 0 or len(out) >= D2H_IN_FLIGHT:
             return
-        q = self._oldest()
+        q, v = self._next()
         if q is None:
             self.owed = 0             # nothing left on the device to move
             return
-        if not force and self.owed < PUMP_BATCH * q[0]().nbytes:
+        if not force and self.owed < PUMP_BATCH * v.nbytes:
             return
         recs: list = []
         paid = 0
         while q is not None and self.owed > paid and len(out) + len(recs) < D2H_IN_FLIGHT:
-            rec = q.popleft()()
+            rec = self._record(q.popleft(), v)
             recs.append(rec)
             paid += rec.nbytes
-            q = self._oldest()
+            q, v = self._next()
+        v = None
         if recs:
             gpu = self.gpu
             s = gpu.d2h
@@ -905,7 +950,6 @@ class _Swapper:
                     arr = rec.dev = gpu.cp.ascontiguousarray(arr).reshape(rec.shape)
                 rec.host, rec.host_ptr = gpu.pinned_buffer(rec.nbytes)
                 parts.append((rec.host_ptr, arr.data.ptr, rec.nbytes))
-                rec.state = _Rec.OUT
                 gpu.stats["swap_out_bytes"] += rec.nbytes
             gpu.stats["swap_outs"] += len(recs)
             ev = gpu.copy_parts(parts, s, "swap out", _D2H)
@@ -916,7 +960,11 @@ class _Swapper:
             self.owed = 0             # nothing left on the device to move
 
     def collect(self) -> None:
+        """Finish the swap-outs whose copies are done (their device buffers go back to
+        the pool), then start more if bytes are owed."""
         out = self.out
+        if not out or not out[0][1].done:
+            return
         done_ev = None
         while out and (out[0][1] is done_ev or out[0][1].done):
             rec, done_ev = out.popleft()
@@ -926,15 +974,15 @@ class _Swapper:
                 self._forget(rec)
                 self.host.append(weakref.ref(rec))
             elif rec.state == _Rec.GONE:
+                self._forget(rec)
                 rec.dev = None
                 rec.host = None
         self.gpu.collect()
         self.pump()
 
     def _forget(self, rec: _Rec) -> None:
-        ref = self.by_key.get(rec.key)
-        if ref is not None and ref() is rec:
-            del self.by_key[rec.key]
+        if self.moving.get(rec.key) is rec:
+            del self.moving[rec.key]
 
     def pop(self, rec: _Rec) -> Any:
         gpu = self.gpu
@@ -961,13 +1009,17 @@ class _Swapper:
                 rec.state = _Rec.GONE
                 rec.dev = None
                 rec.host = None
+        self.passed()
+        return v
+
+    def passed(self) -> None:
+        """After a pop: stop owing once memory comes back, prefetch, collect."""
         if self.owed > 0 and self.usage() < self._limit:
             self.owed = 0                      # the backward pass is giving memory back
         if self.host:
             self._prefetch()
         if self.out:
             self.collect()
-        return v
 
     def _fetch(self, rec: _Rec, batch: list | None = None) -> bool:
         """Copy a swapped entry back on the h2d stream. With `batch` (a prefetch), the
@@ -1007,9 +1059,11 @@ class _Swapper:
         h = self.host
         gpu = self.gpu
         used = self.usage()
+        cap = gpu.capacity
+        if self.ahead >= PREFETCH_ITEMS and used >= cap * gpu.swap_threshold:
+            return           # only room under the threshold would do (as last sampled)
         if gpu.limit and used > 0.8 * gpu.limit:   # near the budget: a fresh reading
             used = self._used = gpu.used_bytes()
-        cap = gpu.capacity
         hard = cap * PREFETCH_MAX_USE - used
         soft = cap * gpu.swap_threshold - used
         cands: list = []
@@ -1068,15 +1122,14 @@ class _Swapper:
         values still on the device (large ones first), and wait until their device
         buffers are free."""
         owed, extra, room = self.owed, 0, RELIEF_BYTES
-        for ref in itertools.chain(self.resident, self.resident_small):
-            rec = _live(ref, _Rec.QUEUED)
-            if rec is None:
+        for e in itertools.chain(self.resident, self.resident_small):
+            if self._value(e) is None:
                 continue
             if owed > 0:
-                owed -= rec.nbytes
+                owed -= e[3]
             elif room > 0:
-                room -= rec.nbytes
-                extra += rec.nbytes
+                room -= e[3]
+                extra += e[3]
             else:
                 break
         if not extra and self.owed <= 0 and not self.out:
@@ -1084,7 +1137,7 @@ class _Swapper:
         gpu = self.gpu
         t0 = gpu.record(gpu.d2h) if gpu.tracing else None
         self.owed = max(self.owed, 0) + extra
-        while (self.owed > 0 and self._oldest() is not None) or self.out:
+        while (self.owed > 0 and self._next()[0] is not None) or self.out:
             self.pump(force=True)
             if self.out:
                 self.out[-1][1].synchronize()
@@ -1100,14 +1153,15 @@ class _Swapper:
 class GpuStackStore(StackStore):
     """A stack of saved forward values whose entries may live in host memory."""
 
-    __slots__ = ("gpu",)
+    __slots__ = ("gpu", "ref", "__weakref__")
 
     def __init__(self, name: str, swap_memory: bool, gpu: GpuDevice) -> None:
         super().__init__(name, swap_memory)
         self.gpu = gpu
+        self.ref = weakref.ref(self)     # what the swapper's candidates hold
 
     def push(self, value: Any, swappable: bool = True) -> Any:
-        self.items.append(self.gpu.swapper.push(value, swappable))
+        self.gpu.swapper.push(self, value, swappable)
         return value
 
     def pop(self) -> Any:
@@ -1115,8 +1169,11 @@ class GpuStackStore(StackStore):
         if not items:
             raise OutOfRangeError(f"pop from empty stack '{self.name}'")
         v = items.pop()
+        sw = self.gpu.swapper
         if type(v) is _Rec:
-            return self.gpu.swapper.pop(v)
+            return sw.pop(v)
+        if sw.host:              # values that stayed bring the swapped ones back ahead
+            sw.passed()
         return v
 
 

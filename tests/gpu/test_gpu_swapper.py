@@ -32,7 +32,7 @@ def _fill(gpu, k: int, nbytes: int = MB):
 
 
 def _settle(sw) -> None:
-    while sw.out or (sw.owed > 0 and sw._oldest() is not None):
+    while sw.out or (sw.owed > 0 and sw._next()[0] is not None):
         sw.pump(force=True)
         if sw.out:
             sw.out[-1][1].synchronize()
@@ -51,21 +51,23 @@ def test_pushes_past_the_threshold_move_out_the_oldest_tracked_values(gpu):
     limit = gpu.swap_threshold * gpu.capacity
     stack = G.GpuStackStore("s", True, gpu)
     past = 0
+    watched = []
     for k in range(40):
         x = _fill(gpu, k)
         sw._countdown = 0                      # a fresh reading of pool use each push
-        past += gpu.used_bytes() >= limit
+        used = gpu.used_bytes()
+        past += used >= limit
+        watched.append(used >= sw._watch)
         stack.push(x)
         del x
     _settle(sw)
     states = _states(stack)
-    tracked = [s for s in states if s is not None]
-    assert past > 0 and len(tracked) > past
-    # the swapped entries are the oldest tracked ones, as many as pushes past the threshold
-    first = states.index(tracked[0])
+    first = watched.index(True)
+    assert past > 0 and watched.count(True) > past
+    # the swapped entries are the oldest tracked ones, as many as pushes past the threshold;
+    # those under the watch share were never tracked, the newer ones stayed
     assert states[first:first + past] == [G._Rec.HOST] * past
-    assert all(s == G._Rec.QUEUED for s in states[first + past:])
-    assert all(s is None for s in states[:first])          # under the watch share: plain
+    assert all(s is None for s in states[:first] + states[first + past:])
     # pops give every value back, newest first
     for k in range(39, -1, -1):
         v = stack.pop()
@@ -86,14 +88,17 @@ def test_large_values_move_out_first_and_pay_the_bytes_owed(gpu):
     stack = G.GpuStackStore("s", True, gpu)
     owed = 0
     sizes = []
+    watched = []
     out = gpu.stats["swap_out_bytes"]
     for k in range(40):
         n = 4 * MB if k % 2 else MB
         x = _fill(gpu, k, n)
         sw._countdown = 0
         sw.collect()                           # as the push does first: finished copies
-        if gpu.used_bytes() >= limit:          # free their device buffers
+        used = gpu.used_bytes()                # free their device buffers
+        if used >= limit:
             owed += n
+        watched.append(used >= sw._watch)
         stack.push(x)
         sizes.append(n)
         del x
@@ -101,12 +106,12 @@ def test_large_values_move_out_first_and_pay_the_bytes_owed(gpu):
     moved = gpu.stats["swap_out_bytes"] - out
     assert owed > 8 * MB and owed <= moved < owed + 4 * MB
     states = _states(stack)
-    large = [s for s, n in zip(states, sizes) if s is not None and n == 4 * MB]
-    small = [s for s, n in zip(states, sizes) if s is not None and n == MB]
-    assert small and all(s == G._Rec.QUEUED for s in small)       # large ones were left
+    large = [s for s, n, w in zip(states, sizes, watched) if w and n == 4 * MB]
+    small = [s for s, n, w in zip(states, sizes, watched) if w and n == MB]
+    assert small and all(s is None for s in small)        # large ones were left
     k = large.count(G._Rec.HOST)
     assert k * 4 * MB == moved and large[:k] == [G._Rec.HOST] * k    # the oldest large
-    assert all(s == G._Rec.QUEUED for s in large[k:])
+    assert all(s is None for s in large[k:])
     for k in range(39, -1, -1):
         v = stack.pop()
         np.testing.assert_array_equal(gpu.cp.asnumpy(v),
@@ -165,6 +170,26 @@ def test_the_same_buffer_pushed_twice_moves_once(gpu):
     assert gpu.stats["swap_outs"] - out == 1 + G.PUMP_BATCH
     for k in range(G.PUMP_BATCH - 1, -1, -1):
         a.pop()
+    for s in (a, b):
+        np.testing.assert_array_equal(gpu.cp.asnumpy(s.pop()), np.full(MB // 4, 7, np.float32))
+
+
+def test_a_buffer_pushed_again_while_it_moves_out_shares_its_record(gpu, monkeypatch):
+    gpu.configure(None, 0.0)
+    gpu.swapper.reset()
+    sw = gpu.swapper
+    a, b = G.GpuStackStore("a", True, gpu), G.GpuStackStore("b", True, gpu)
+    x = _fill(gpu, 7)
+    out = gpu.stats["swap_outs"]
+    a.push(x)
+    sw.pump(force=True)
+    assert _states(a) == [G._Rec.OUT]
+    with monkeypatch.context() as m:           # its copy still running
+        m.setattr(sw, "collect", lambda: None)
+        b.push(x)
+    assert b.items[0] is a.items[0] and a.items[0].refs == 2
+    _settle(sw)
+    assert gpu.stats["swap_outs"] - out == 1
     for s in (a, b):
         np.testing.assert_array_equal(gpu.cp.asnumpy(s.pop()), np.full(MB // 4, 7, np.float32))
 
@@ -317,7 +342,7 @@ def test_a_buffer_a_live_view_keeps_stays_on_the_device(gpu):
     _settle(sw)
     states = _states(stack)
     assert states[0::2] == [G._Rec.HOST] * 4
-    assert states[1::2] == [G._Rec.QUEUED] * 4
+    assert states[1::2] == [None] * 4          # stayed, as they were pushed
     assert gpu.stats["swap_kept"] - kept == 4
     for k in range(7, -1, -1):
         np.testing.assert_array_equal(gpu.cp.asnumpy(stack.pop()),
@@ -342,7 +367,7 @@ def test_saved_views_of_one_buffer_move_together(gpu):
         stack.push(v)
     del views, v
     _settle(sw)
-    assert _states(stack) == [G._Rec.HOST] * 2 + [G._Rec.QUEUED] * 2
+    assert _states(stack) == [G._Rec.HOST] * 2 + [None] * 2
     for k in (2, 2, 1, 1):
         np.testing.assert_array_equal(gpu.cp.asnumpy(stack.pop()),
                                       np.full(MB // 4, k, np.float32))
