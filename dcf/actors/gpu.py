@@ -129,6 +129,8 @@ class GpuDevice:
         self._watch: list = []            # [(event, callback)] run when the event is done
         self._deferred: collections.deque = collections.deque()  # (event, keep-alive)
         self._poller: asyncio.Task | None = None
+        self.last_compute: Any = None         # the last event recorded on the compute
+        self.compute_marks = 0                # stream, and how many were
         self.swapper = _Swapper(self)
         self._swap_blocks: dict = {}          # size -> [(pinned memory, address)] idle
         self._swap_idle_bytes = 0
@@ -202,6 +204,9 @@ class GpuDevice:
     def record(self, stream: Any) -> Any:
         ev = self.cp.cuda.Event(disable_timing=not self.tracing)
         ev.record(stream)
+        if stream is self.compute:     # (the swapper's copies may wait for it)
+            self.last_compute = ev
+            self.compute_marks += 1
         return ev
 
     def defer(self, event: Any, keep: Any) -> None:
@@ -758,8 +763,8 @@ class _Swapper:
 
     def __init__(self, gpu: GpuDevice) -> None:
         self.gpu = gpu
-        # candidates, oldest first: (stack's weak reference, index, id(value), nbytes);
-        # large ones and the others
+        # candidates, oldest first: (stack's weak reference, index, id(value), nbytes,
+        # compute-stream events recorded before its push); large ones and the others
         self.resident: collections.deque = collections.deque()
         self.resident_small: collections.deque = collections.deque()
         self.first: dict[int, tuple] = {}   # id(value) -> (stack ref, index) of its first push
@@ -777,6 +782,8 @@ class _Swapper:
         self._used = 0          # pool use, sampled: cupy's used_bytes() walks every chunk
         self._countdown = 0
         self._waited_in = None  # the h2d event the compute stream last waited for
+        self._no_room = None    # (swapped entries, entries ahead, pool use) of the last
+        #                         prefetch that found too little room
         self._limit = gpu.swap_threshold * gpu.capacity   # pushes past it owe swap-outs
         self._watch = WATCH_SHARE * self._limit           # pushes past it are tracked
 
@@ -844,7 +851,7 @@ class _Swapper:
                 return             # the same array again (e.g. c_new(t) is c(t+1))
         self.first[vid] = (stack.ref, i)
         (self.resident if n >= LARGE_SHARE * self.largest else self.resident_small).append(
-            (stack.ref, i, vid, n))
+            (stack.ref, i, vid, n, self.gpu.compute_marks))
         if used >= self._limit:
             self.owed += n
             self.pump()
@@ -933,8 +940,11 @@ class _Swapper:
             return
         recs: list = []
         paid = 0
+        mark = 0
         while q is not None and self.owed > paid and len(out) + len(recs) < D2H_IN_FLIGHT:
-            rec = self._record(q.popleft(), v)
+            e = q.popleft()
+            mark = max(mark, e[4])
+            rec = self._record(e, v)
             recs.append(rec)
             paid += rec.nbytes
             q, v = self._next()
@@ -942,7 +952,10 @@ class _Swapper:
         if recs:
             gpu = self.gpu
             s = gpu.d2h
-            s.wait_event(gpu.record(gpu.compute))
+            # the copies wait for the values' producers: a compute-stream event recorded
+            # after their pushes (the loops' in-flight marks) does, else a new one
+            s.wait_event(gpu.last_compute if gpu.compute_marks > mark else
+                         gpu.record(gpu.compute))
             parts = []
             for rec in recs:
                 arr = rec.dev
@@ -1062,6 +1075,9 @@ class _Swapper:
         cap = gpu.capacity
         if self.ahead >= PREFETCH_ITEMS and used >= cap * gpu.swap_threshold:
             return           # only room under the threshold would do (as last sampled)
+        state = (len(h), self.ahead, self._used)
+        if state == self._no_room:
+            return           # as at the last try, which found too little room
         if gpu.limit and used > 0.8 * gpu.limit:   # near the budget: a fresh reading
             used = self._used = gpu.used_bytes()
         hard = cap * PREFETCH_MAX_USE - used
@@ -1079,6 +1095,7 @@ class _Swapper:
                 soft -= n
             k -= 1
         if not cands or (len(cands) < PREFETCH_MIN and self.ahead >= PREFETCH_MIN and k >= 0):
+            self._no_room = state
             return
         del h[k + 1:]            # the candidates and the dead references above them
         batch: list = []

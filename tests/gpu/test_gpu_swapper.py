@@ -194,6 +194,31 @@ def test_a_buffer_pushed_again_while_it_moves_out_shares_its_record(gpu, monkeyp
         np.testing.assert_array_equal(gpu.cp.asnumpy(s.pop()), np.full(MB // 4, 7, np.float32))
 
 
+def test_swap_outs_wait_for_a_compute_event_recorded_after_the_pushes(gpu):
+    """A batch's copies wait for its values' producers: an event already recorded on the
+    compute stream after their pushes (a loop's in-flight mark) serves, else a new one."""
+    gpu.configure(None, 0.0)
+    gpu.swapper.reset()
+    sw = gpu.swapper
+    stack = G.GpuStackStore("s", True, gpu)
+    for k in range(2):
+        stack.push(_fill(gpu, k))
+    marks = gpu.compute_marks
+    sw.pump(force=True)                       # nothing recorded since the pushes: a new one
+    assert gpu.compute_marks == marks + 1
+    sw.collect()
+    for k in range(2, 4):
+        stack.push(_fill(gpu, k))
+    mark = gpu.record(gpu.compute)            # as the loop's marker does
+    marks = gpu.compute_marks
+    sw.pump(force=True)
+    assert gpu.compute_marks == marks and gpu.last_compute is mark      # reused
+    _settle(sw)
+    assert _states(stack) == [G._Rec.HOST] * 4
+    for k in range(3, -1, -1):
+        np.testing.assert_array_equal(gpu.cp.asnumpy(stack.pop()), np.full(MB // 4, k, np.float32))
+
+
 def test_throttling_moves_tracked_values_out_to_make_room(gpu):
     base = gpu.used_bytes()
     gpu.configure(base + 64 * MB, 0.9)
