@@ -806,6 +806,7 @@ class _Swapper:
         self.dups = {}
         self.shared = {}
         self.freeing = set()
+        self._no_room = None
 
     def usage(self) -> int:
         """Device pool bytes in use, re-read every USAGE_EVERY calls."""
