@@ -21,6 +21,7 @@ on CPU machines (CI) and on the GPU machine with the same assertions.
 from __future__ import annotations
 
 import itertools
+import sys
 import time
 import types
 import weakref
@@ -307,6 +308,18 @@ def ascontiguousarray(a: Any, dtype: Any = None) -> Any:
 def get_array_module(*args: Any) -> Any:
     import sys
     return sys.modules[__name__] if any(type(a) is ndarray for a in args) else _np
+
+
+def holders(arr: ndarray) -> tuple[int, int, int]:
+    """Not cupy's: what dcf's GpuDevice.memory_holders reads off cupy's reference counts
+    (dcf/actors/gpu.py, _cupy_holders), for the stand-in's arrays, which wrap numpy
+    arrays -- (a count, the id of the owning numpy array, whether arr is a view): an
+    owner's references from its views' numpy bases, a view's references to its owner."""
+    a = arr._a
+    o = a.base
+    if o is None:
+        return sys.getrefcount(a), id(a), 0
+    return sys.getrefcount(o), id(o), 1
 
 
 def asnumpy(a: Any, stream: Any = None) -> Any:

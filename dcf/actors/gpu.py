@@ -143,7 +143,7 @@ class GpuDevice:
         self._landing: dict | None = {} if hasattr(cp.cuda, "UnownedMemory") else None
         # who else holds an array's device memory (memory_holders), counted against a
         # lone owner's and a lone view's counts
-        self._holders = _stand_in_holders if gpu_devices.is_fake() else _cupy_holders
+        self._holders = cp.holders if gpu_devices.is_fake() else _cupy_holders
         with self._device:
             a = cp.empty(256, np.float32)
             owner = self._holders(a)[0]
@@ -650,16 +650,6 @@ def _cupy_holders(arr: Any) -> tuple[int, int, int]:
     return sys.getrefcount(o), id(o), 1
 
 
-def _stand_in_holders(arr: Any) -> tuple[int, int, int]:
-    # the same for the stand-in, whose arrays wrap numpy arrays: a view's numpy base is
-    # the owning numpy array
-    a = arr._a
-    o = a.base
-    if o is None:
-        return sys.getrefcount(a), id(a), 0
-    return sys.getrefcount(o), id(o), 1
-
-
 class _PeakTracker:
     def __init__(self, gpu: GpuDevice) -> None:
         self.gpu = gpu
@@ -770,7 +760,8 @@ class _Swapper:
         self.first: dict[int, tuple] = {}   # id(value) -> (stack ref, index) of its first push
         self.dups: dict[int, list] = {}     # id(value) -> its entries, where pushed again
         self.moving: dict[int, _Rec] = {}   # id(value) -> its record while the copy runs
-        self.freeing: set = set()           # ids of saved views whose whole group is saved
+        self.freeing: set = set()           # ids of candidates whose move frees memory
+        #                                     (checked, or views whose whole group is saved)
         self.largest = 0            # the largest swappable value pushed this step or the last
         self._step_largest = 0      # ... this step
         self.owed = 0               # bytes pushes past the threshold owe (< 0: paid ahead)
