@@ -5,7 +5,8 @@ inflates every Python call):
     python -m bench.probes.spy_summary OUT.txt
 
 KIND: mp1_B / mp2_B (model_parallel's 8-layer LSTM on 1 or 2 GPUs at batch B), dyn_B /
-sta_B (static_vs_dynamic's dynamic or unrolled LSTM at batch B). Two warm-up steps, then
+sta_B (static_vs_dynamic's dynamic or unrolled LSTM at batch B), chainG_PI (parallel_iterations'
+chain, 8 layers of 1024 over G GPUs, 200 iterations a run, parallel_iterations PI). Two warm-up steps, then
 steps for SECONDS inside `timed()`, which spy_summary keeps."""
 import os, sys, time
 import numpy as np
@@ -16,6 +17,20 @@ from dcf import gpu_devices
 def build(kind):
     name, b = kind.split("_")
     b = int(b)
+    if name.startswith("chain"):
+        import dcf
+        from bench.parallel_iterations import build as chain
+        k = int(os.environ.get("DCF_PROBE_UNITS", 1024))    # small: stand-in GPUs on a CPU
+        g, out, _, _ = chain(G.devices(int(name[5:]), False), 8, k, 200, b)
+        sess = dcf.Session(g)
+
+        class Chain:
+            def step(self, _):
+                sess.run(out)
+
+            def close(self):
+                sess.close()
+        return Chain(), None
     if name.startswith("mp"):
         from bench.model_parallel import MultiLayerLSTM
         u = int(os.environ.get("DCF_PROBE_UNITS", 1024))    # small: stand-in GPUs on a CPU
