@@ -350,6 +350,13 @@ class _Codegen:
             self.emit(m, f"if len({q}) >= {pi // stride}:")
             self.emit(m + 1, f"for _ev in {q}.popleft():")
             self.emit(m + 2, "while not _ev.done: yield _ev")
+        swapping, pushing = self.stack_gpus(f)
+        if swapping:
+            # the swapper of each GPU whose stacks this loop pushes or pops acts here (its
+            # pushes and pops are plain list operations)
+            from dcf.actors.gpu import TICK_EVERY
+            self.env[f"_swt{itv}"] = _ticker(swapping, pushing)
+            self.emit(b, f"if not {itv} % {TICK_EVERY}: _swt{itv}()")
         # Look at the clock every _N iterations, _N adapting (1..64) so that checks come
         # about every 0.5 ms whether an iteration takes 100 ns or 10 ms.
         self.emit(b, "_n -= 1")
@@ -363,6 +370,22 @@ class _Codegen:
         for x in f.exits:
             self.mayd[(x.id, 0)] = entry_dead  # a live loop always ends with live exits
         return f.exits
+
+    def stack_gpus(self, f: FrameInfo) -> tuple[list, bool]:
+        """The GPUs whose saved-value stacks nodes of `f` itself push (swap_memory) or
+        pop, and whether it pushes (a forward loop) rather than pops."""
+        gpu_of = self.cf.plan.gpu_of
+        out: dict[int, Any] = {}
+        pushing = False
+        for n in f.nodes:
+            push = n.type == "StackPushV2" and n.pnode is not None and \
+                bool(n.pnode.attrs.get("swap_memory"))
+            if push or n.type == "StackPopV2":
+                gpu = gpu_of.get(n.id)
+                if gpu is not None:
+                    out[id(gpu)] = gpu
+                    pushing = pushing or push
+        return list(out.values()), pushing
 
     def frame_gpus(self, f: FrameInfo) -> list:
         """The GPUs that nodes of `f` (nested frames included) enqueue work on."""
@@ -847,13 +870,21 @@ class _Codegen:
         self.env[f"f{n.id}"] = n.fn
         self.env["_SS"] = StackStore
         h = args[0]
+        is_stack = f"type({h}) is _SS"
+        if n.id in self.cf.plan.gpu_of:
+            # a GPU's stack, plain or swapping: its pushes and pops are a list's too (the
+            # swapper acts on the loop's ticks, see frame_loop); an entry moved to the
+            # host (a record) or a host array is popped by the kernel
+            from dcf.actors.gpu import GpuStackStore, _Rec
+            self.env["_GSS"] = GpuStackStore
+            self.env["_HELD"] = (np.ndarray, _Rec)
+            is_stack = f"(type({h}) is _SS or type({h}) is _GSS)"
         if n.type == "StackPushV2":
             v = args[1]
-            return f"({v} if type({h}) is _SS and not {h}.items.append({v}) else f{n.id}({h}, {v}))"
-        test = f"type({h}) is _SS and {h}.items"
+            return f"({v} if {is_stack} and not {h}.items.append({v}) else f{n.id}({h}, {v}))"
+        test = f"{is_stack} and {h}.items"
         if n.id in self.cf.plan.gpu_of:
-            self.env["_NPA"] = np.ndarray
-            test += f" and type({h}.items[-1]) is not _NPA"
+            test += f" and type({h}.items[-1]) not in _HELD"
         return f"({h}.items.pop() if {test} else f{n.id}({h}))"
 
     def next_iteration(self, n: NodeInfo, b: int, nexts: list) -> None:
@@ -1008,6 +1039,18 @@ def _device_grouped(items: dict, gpu_of: dict, name: str) -> list:
     if len(out) != len(items):
         raise _NotCompilable(f"cycle in frame {name}")
     return out
+
+
+def _ticker(gpus: list, pushing: bool) -> Any:
+    """A function ticking the swapper of each GPU that has something to do (in a loop
+    that pushes saved values, or one that pops them)."""
+    def tick() -> None:
+        for g in gpus:
+            sw = g.swapper
+            if sw.out or (sw.stacks if pushing else sw.host):
+                g.make_current()
+                sw.tick(pushing)
+    return tick
 
 
 def _marker(gpus: list) -> Any:

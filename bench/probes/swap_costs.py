@@ -32,7 +32,7 @@ def _timed_call(f, label):
     return wrapper
 
 
-for _name in ("push", "pump", "collect", "pop", "_fetch", "_prefetch", "make_room"):
+for _name in ("tick", "pump", "_next", "collect", "pop", "_fetch", "_prefetch", "make_room"):
     setattr(gmod._Swapper, _name, _timed_call(getattr(gmod._Swapper, _name), f"_Swapper.{_name}"))
 for _name in ("relieve", "collect", "record", "pinned_buffer", "copy_parts", "used_bytes"):
     setattr(gmod.GpuDevice, _name, _timed_call(getattr(gmod.GpuDevice, _name),

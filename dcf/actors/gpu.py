@@ -29,11 +29,12 @@ Memory: `SessionConfig(gpu_memory_limit=...)` sets the cupy pool's limit; a fail
 allocation first moves saved values out and waits for their device buffers to be free
 (throttling), then raises ResourceExhaustedError naming the op. Stacks of
 `swap_memory=True` loops swap values (>= 64 KiB, each buffer once) to pinned host
-memory on the d2h stream once pool use passes `swap_threshold` of the limit: each push
-past it moves out the oldest saved value still on the device (the backward pass wants
-it last), unless other arrays hold its memory (a move would free nothing); pops bring
-swapped entries back on the h2d stream ahead of use (stack order is known), and a value
-still on the device is popped as is.
+memory on the d2h stream once pool use passes `swap_threshold` of the limit: the loop
+ticks the GPU's swapper every few iterations, which moves out the bytes over the
+threshold as the oldest saved values still on the device (the backward pass wants them
+last), unless moving them would free nothing (held elsewhere, or memory other arrays
+hold); the backward loop's ticks and pops bring swapped entries back on the h2d stream
+ahead of use (stack order is known), and a value still on the device is popped as is.
 """
 
 from __future__ import annotations
@@ -43,7 +44,6 @@ import collections
 import contextlib
 import functools
 import gc
-import itertools
 import sys
 import threading
 import time
@@ -67,7 +67,10 @@ from dcf.token import DEAD
 __all__ = ["GpuDevice", "GpuActor", "GpuResources", "GpuStackStore", "make_gpu_actor"]
 
 SWAP_MIN_BYTES = 64 << 10     # smaller values stay on the device
-WATCH_SHARE = 0.5             # pushes are tracked for swapping past this share of the threshold
+TICK_EVERY = 4                # compiled loops with swapping stacks tick the swapper this often
+KEEP_NEWEST = 2               # a stack's newest entries held elsewhere are looked at again later
+HELD_RUN = 8                  # after this many entries in a row held elsewhere, a stack's
+#                               later entries are passed over without a look
 PREFETCH_ITEMS = 8            # swapped entries always allowed back ahead of their pops
 PREFETCH_BATCH = 8            # entries brought back per pop at most (one h2d event)
 PREFETCH_MIN = 4              # smallest prefetch batch while others are on their way
@@ -731,42 +734,45 @@ def _live(ref: Any, state: int) -> Any:
 
 
 class _Swapper:
-    """Moves saved loop values to pinned host memory and back (one per GPU).
+    """Moves saved loop values to pinned host memory and back (one per GPU): a pager.
 
-    Pushes of swappable values are tracked once pool use passes WATCH_SHARE of the swap
-    threshold -- as (stack, index) candidates, nothing more, since most of them never
-    move and a tracked push must cost little more than a plain one (bench/NOTES.md, "GPU,
-    session 13"). Each push past the threshold owes its bytes, and the swapper pays them
-    with the *oldest* candidates still on the device -- the large ones (at least
-    LARGE_SHARE of the largest swappable value pushed) first, the others only when no
-    large one is left: the backward loop pops the newest values first, so those stay on
-    the device and are popped without waiting, while the oldest ones have the whole
-    backward pass to come back; and a copy, like anything else put on another stream,
-    costs the host about the same whatever its size (bench/NOTES.md, "GPU, session 12"),
-    so the same bytes move in fewer, larger copies. A value whose memory other arrays
-    hold (a view, or a buffer a live view points into) is not moved: its move would free
-    nothing. A moving value's stack entries (all of them, where one array was pushed
-    more than once) get its record. Values are brought back newest-swapped first, as far
-    ahead as memory under the threshold allows (at least PREFETCH_ITEMS entries).
-    Stacks and records are held weakly: the stacks own them, so a run that fails leaves
-    nothing behind here."""
+    Pushes and pops of a swapping stack cost what a plain stack's do (a list's append
+    and pop, inline in compiled loops): the swapper keeps no record per push. It acts
+    when a compiled loop holding such stacks calls `tick()` (every TICK_EVERY
+    iterations; pushes outside compiled loops tick themselves): past the threshold, the
+    bytes over it are owed and paid with the *oldest* entries of the step's swapping
+    stacks (each stack scanned from a cursor) -- the large ones (at least LARGE_SHARE of
+    the largest seen) first, the others only when no large one is left -- in batches of
+    copies on the d2h stream: the backward loop pops the newest values first, so those
+    stay and are popped without waiting, while the oldest have the whole backward pass to
+    come back; and a copy, like anything else put on another stream, costs the host about
+    the same whatever its size (bench/NOTES.md, "GPU, session 12"), so the same bytes
+    move in fewer, larger copies. Looking at an entry only when it comes up replaced a
+    record per push, whose bookkeeping was most of the swapper's host time
+    (bench/NOTES.md, "GPU, session 14").
+
+    An entry moves only if moving frees its memory: nothing else holds the array (its
+    reference count, save other stack entries of the same array, which move with it:
+    an LSTM's c(t) is saved twice), and no other array holds its memory (a view, or a
+    buffer a live view points into, as an LSTM's concatenation [x, h] whose h the outputs'
+    TensorArray keeps); saved views of one buffer move together once all of them are up.
+    The newest KEEP_NEWEST entries of a stack may still be in use by the loop: one held
+    elsewhere is looked at again later instead of passed over. Values come back newest-
+    swapped first, ahead of their pops, as far as memory under the threshold allows (at
+    least PREFETCH_ITEMS entries). Stacks and records are held weakly: the stacks own
+    them, so a run that fails leaves nothing behind here."""
 
     def __init__(self, gpu: GpuDevice) -> None:
         self.gpu = gpu
-        # candidates, oldest first: (stack's weak reference, index, id(value), nbytes,
-        # compute-stream events recorded before its push); large ones and the others
-        self.resident: collections.deque = collections.deque()
-        self.resident_small: collections.deque = collections.deque()
-        self.first: dict[int, tuple] = {}   # id(value) -> (stack ref, index) of its first push
-        self.dups: dict[int, list] = {}     # id(value) -> its entries, where pushed again
-        self.moving: dict[int, _Rec] = {}   # id(value) -> its record while the copy runs
-        self.freeing: set = set()           # ids of candidates whose move frees memory
-        #                                     (checked, or views whose whole group is saved)
-        self.largest = 0            # the largest swappable value pushed this step or the last
-        self._step_largest = 0      # ... this step
-        self.owed = 0               # bytes pushes past the threshold owe (< 0: paid ahead)
-        self.out: collections.deque = collections.deque()   # (rec, event) in flight
+        self.stacks: list = []      # weak references of the swapping stacks, oldest first
+        self.ready: collections.deque = collections.deque()   # views whose whole group
+        #                             is saved: (stack ref, index, id), moved before others
         self.shared: dict = {}      # memory key -> saved views of it waiting for the rest
+        self.largest = 0            # the largest saved value seen this step or the last
+        self._step_largest = 0      # ... this step
+        self.owed = 0               # bytes to move out (over the threshold)
+        self.out: collections.deque = collections.deque()   # (rec, event) in flight
+        self.out_bytes = 0          # their bytes, still on the device until collected
         self.host: list = []        # swapped out, oldest push first (pops want the last)
         self.ahead = 0              # records brought back ahead of their pops
         self.ahead_refs: list = []  # (weakly) those records, in the order they came back
@@ -775,29 +781,37 @@ class _Swapper:
         self._waited_in = None  # the h2d event the compute stream last waited for
         self._no_room = None    # (swapped entries, entries ahead, pool use) of the last
         #                         prefetch that found too little room
-        self._limit = gpu.swap_threshold * gpu.capacity   # pushes past it owe swap-outs
-        self._watch = WATCH_SHARE * self._limit           # pushes past it are tracked
+        self._limit = gpu.swap_threshold * gpu.capacity   # use past it is owed
+        self._lone = self._refs([object()], 0)            # an array only its entry holds
+
+    @staticmethod
+    def _refs(items: list, i: int) -> int:
+        """References to items[i] held by the list and one local, as _head counts them."""
+        v = items[i]
+        return sys.getrefcount(v)
 
     def reset(self) -> None:
         """Before a step: sample pool use afresh, take the device's threshold, forget
-        candidates and records that are gone."""
-        self.largest, self._step_largest = self._step_largest, 0
+        stacks and records that are gone."""
+        if self._step_largest:
+            self.largest = self._step_largest
+        self._step_largest = 0
         self._countdown = 0
         self._limit = self.gpu.swap_threshold * self.gpu.capacity
-        self._watch = WATCH_SHARE * self._limit
-        self.resident = collections.deque(e for e in self.resident if self._value(e) is not None)
-        self.resident_small = collections.deque(e for e in self.resident_small
-                                                if self._value(e) is not None)
+        self.stacks = [r for r in self.stacks if r() is not None]
+        self._forget_heads()
+        self.ready = collections.deque(e for e in self.ready if self._value(e) is not None)
         self.host = [r for r in self.host if _live(r, _Rec.HOST)]
         self.ahead_refs = [r for r in self.ahead_refs if r() is not None and r().ahead]
         self.ahead = len(self.ahead_refs)
-        on_device = sum(e[3] for q in (self.resident, self.resident_small) for e in q)
-        self.owed = max(0, min(self.owed, on_device))
-        self.first = {}
-        self.dups = {}
+        self.owed = 0
         self.shared = {}
-        self.freeing = set()
         self._no_room = None
+
+    def register(self, stack: Any) -> None:
+        """A swapping stack made for this step (GpuStackStore)."""
+        stack.scan = 0
+        self.stacks.append(stack.ref)
 
     def usage(self) -> int:
         """Device pool bytes in use, re-read every USAGE_EVERY calls."""
@@ -807,50 +821,42 @@ class _Swapper:
             self._countdown = USAGE_EVERY
         return self._used
 
-    def push(self, stack: Any, value: Any, swappable: bool) -> None:
-        """Append `value` to `stack`'s items, tracking it past the watch share."""
-        items = stack.items
-        items.append(value)
-        if not swappable or type(value) is not self.gpu.ndarray:
-            return
-        n = value.nbytes
-        if n < SWAP_MIN_BYTES:
-            return
-        if n > self._step_largest:
-            self._step_largest = n
-            if n > self.largest:
-                self.largest = n
+    def push(self, stack: Any, value: Any) -> None:
+        """Append `value` to `stack`'s items (outside compiled loops, which append
+        inline and tick every TICK_EVERY iterations), then tick."""
+        stack.items.append(value)
+        self.tick(True)
+
+    def tick(self, pushing: bool) -> None:
+        """Finish copies that are done; then, in a loop that pushes, owe the bytes pool
+        use is over the threshold (less those already on their way out) and start paying
+        them; in one that pops, bring swapped entries back ahead of their pops."""
         if self.out:
             self.collect()
-        used = self.usage()
-        moving = self.moving
-        if used < self._watch and not moving:
-            return                 # far from the threshold, nothing moving: a plain value
-        vid = id(value)
-        rec = moving.get(vid)
-        if rec is not None and rec.dev is value:   # pushed again while it moves out
-            rec.refs += 1
-            items[-1] = rec
-            return
-        if used < self._watch:
-            return
-        i = len(items) - 1
-        p = self.first.get(vid)
-        if p is not None:
-            other = p[0]()
-            if other is not None and p[1] < len(other.items) and other.items[p[1]] is value:
-                self.dups.setdefault(vid, [p]).append((stack.ref, i))
-                return             # the same array again (e.g. c_new(t) is c(t+1))
-        self.first[vid] = (stack.ref, i)
-        (self.resident if n >= LARGE_SHARE * self.largest else self.resident_small).append(
-            (stack.ref, i, vid, n, self.gpu.compute_marks))
-        if used >= self._limit:
-            self.owed += n
-            self.pump()
+        if pushing:
+            if self.stacks:
+                used = self._used = self.gpu.used_bytes()
+                self._countdown = USAGE_EVERY
+                over = used - self._limit - self.out_bytes
+                self.owed = over if over > 0 else 0
+                if over > 0:
+                    self.pump()
+        else:
+            if self.stacks:
+                self._forget_heads()           # pops may have changed the entries
+            if self.host:
+                self.owed = 0                  # the backward pass gives memory back
+                self._prefetch()
+
+    def _forget_heads(self) -> None:
+        for ref in self.stacks:
+            st = ref()
+            if st is not None:
+                st.head = None
 
     @staticmethod
     def _value(e: tuple) -> Any:
-        """A candidate's array, if its stack entry still holds it, else None."""
+        """A ready entry's array, if its stack entry still holds it, else None."""
         stack = e[0]()
         if stack is not None:
             items = stack.items
@@ -861,93 +867,168 @@ class _Swapper:
         return None
 
     def _next(self) -> tuple:
-        """(queue, array) of the next swap-out: the oldest candidate still on the device,
-        large ones first, whose move frees memory; (None, None) where none is left.
-        Candidates gone from their stacks are dropped; values whose memory other arrays
-        hold are set aside (a view, or a buffer a live view points into, as an LSTM's
-        concatenation [x, h] whose h the outputs' TensorArray keeps: a move would cost a
-        copy each way and free nothing). Saved views of one buffer move together, once
-        the last of them comes up (put back at the head of the queue). Asked when the
-        value is about to move, long after its push, when no temporary holds it."""
-        for q in (self.resident, self.resident_small):
-            while q:
-                e = q[0]
-                v = self._value(e)
-                if v is None:
-                    q.popleft()
-                    continue
-                if not KEEP_SHARED or e[2] in self.freeing:
-                    return q, v
-                others, key = self.gpu.memory_holders(v)
-                if others <= 0:
-                    self.freeing.add(e[2])       # (asked once while it waits at the head)
-                    return q, v
-                q.popleft()
-                group = self.shared.setdefault(key, [])
-                group.append(e)
-                live = [g for g in group if self._value(g) is not None]
-                if len(live) <= others:
-                    self.shared[key] = live
-                    self.gpu.stats["swap_kept"] += 1
-                    continue
-                del self.shared[key]
-                self.freeing.update(g[2] for g in live)
-                q.extendleft(reversed(live))
-        return None, None
+        """(stack, index, array, other entries holding it) of the next swap-out without
+        taking it: a ready group's view first, else the oldest movable entry of the
+        stacks, large ones first; (None, None, None, None) where none is left. Entries
+        that cannot move are passed over (counted as kept), except among a stack's
+        newest KEEP_NEWEST, which the loop may still hold."""
+        ready = self.ready
+        while ready:
+            e = ready[0]
+            v = self._value(e)
+            if v is not None:
+                return e[0](), e[1], v, ()
+            ready.popleft()
+        best = small = None
+        lim = LARGE_SHARE * self.largest
+        for ref in self.stacks:
+            st = ref()
+            if st is None:
+                continue
+            got = self._head(st)
+            if got is None:
+                continue
+            if got[2].nbytes >= lim:
+                if best is None or got[1] < best[1]:
+                    best = got
+            elif small is None or got[1] < small[1]:
+                small = got
+        if ready:                      # a group completed while the stacks were scanned
+            return self._next()
+        return best or small or (None, None, None, None)
 
-    def _record(self, e: tuple, v: Any) -> _Rec:
-        """The record of candidate `e` (array `v`), put in place of v in each of its
-        stack entries."""
-        vid = e[2]
-        rec = _Rec(v, vid)
-        entries = self.dups.pop(vid, None)
-        if entries is None:
-            e[0]().items[e[1]] = rec
-        else:
-            rec.refs = 0
-            for ref, i in entries:
-                stack = ref()
-                if stack is not None and i < len(stack.items) and stack.items[i] is v:
-                    stack.items[i] = rec
-                    rec.refs += 1
-        self.freeing.discard(vid)
-        self.moving[vid] = rec
+    def _head(self, st: Any) -> tuple | None:
+        """`st`'s oldest entry that may move: (st, index, array, other entries holding
+        it); its cursor moves past entries that may not."""
+        items = st.items
+        nd = self.gpu.ndarray
+        i = st.scan
+        h = st.head
+        if h is not None and h[0] == i and i < len(items) and id(items[i]) == h[1] and \
+                type(items[i]) is nd:
+            return st, i, items[i], h[2]      # found movable before, untouched since
+        if st.held:                           # its values are held elsewhere: pass over
+            end = len(items) - KEEP_NEWEST
+            if end > i:
+                self.gpu.stats["swap_kept"] += end - i
+                st.scan = end
+            return None
+        while i < len(items):
+            v = items[i]
+            if type(v) is not nd or v.nbytes < SWAP_MIN_BYTES:
+                i += 1
+                st.scan = i
+                continue
+            n = v.nbytes
+            if n > self._step_largest:
+                self._step_largest = n
+                if n > self.largest:
+                    self.largest = n
+            newest = i >= len(items) - KEEP_NEWEST
+            extra = sys.getrefcount(v) - self._lone     # (v: the list's and this local)
+            dups: tuple = ()
+            if extra > 0:
+                dups = self._dups(st, i, v)
+                if len(dups) != extra:          # something else holds it
+                    if newest:
+                        return None             # (the loop, maybe): look again later
+                    self.gpu.stats["swap_kept"] += 1
+                    i += 1
+                    st.scan = i
+                    st.held_run += 1
+                    if st.held_run >= HELD_RUN:  # (a variable's value, pushed each
+                        st.held = True           # iteration; a TensorArray's elements)
+                        return self._head(st)
+                    continue
+            if KEEP_SHARED:
+                others, key = self.gpu.memory_holders(v)
+                if others > 0:
+                    if newest:
+                        return None
+                    i += 1
+                    st.scan = i
+                    self._group(key, others, (st.ref, i - 1, id(v)))
+                    continue
+            st.head = (i, id(v), dups)
+            st.held_run = 0
+            return st, i, v, dups
+        return None
+
+    def _dups(self, st: Any, i: int, v: Any) -> tuple:
+        """The other stack entries holding array v (pushed again: next to index i in
+        another stack, or in this one)."""
+        found = []
+        for ref in self.stacks:
+            s2 = ref()
+            if s2 is None:
+                continue
+            items = s2.items
+            for j in (i - 1, i, i + 1):
+                if 0 <= j < len(items) and items[j] is v and (s2 is not st or j != i):
+                    found.append((s2, j))
+        return tuple(found)
+
+    def _group(self, key: int, others: int, e: tuple) -> None:
+        """A saved value whose memory other arrays hold: kept, unless with the saved
+        values of the same memory seen before it the group holds it all, when the group
+        moves (to the ready queue)."""
+        group = self.shared.setdefault(key, [])
+        group.append(e)
+        live = [g for g in group if self._value(g) is not None]
+        if len(live) <= others:
+            self.shared[key] = live
+            self.gpu.stats["swap_kept"] += 1
+            return
+        del self.shared[key]
+        self.ready.extend(live)
+
+    def _take(self, st: Any, i: int, v: Any, dups: tuple) -> _Rec:
+        """The record of entry i of `st` (array v), put in place of v there and in the
+        other entries holding it."""
+        rec = _Rec(v, id(v))
+        st.items[i] = rec
+        st.head = None
+        rec.refs = 1
+        for s2, j in dups:
+            if j < len(s2.items) and s2.items[j] is v:
+                s2.items[j] = rec
+                rec.refs += 1
+        ready = self.ready
+        if ready and ready[0][0]() is st and ready[0][1] == i:
+            ready.popleft()
+        elif st.scan == i:
+            st.scan = i + 1
         return rec
 
     def pump(self, force: bool = False) -> None:
-        """Pay owed bytes with the oldest tracked values (large ones first) while fewer
-        than D2H_IN_FLIGHT copies are running: once PUMP_BATCH of the next value's size
-        are owed (what is owed, when forced), after one event on the compute stream and
-        before one event on the d2h stream that the whole batch shares (an event costs
-        the host about as much as a copy); each value into a pinned block of its size
-        class, recycled (GpuDevice.pinned_buffer)."""
+        """Pay owed bytes with the oldest entries (large ones first) while fewer than
+        D2H_IN_FLIGHT copies are running: once PUMP_BATCH of the next value's size are
+        owed (what is owed, when forced), after one event on the compute stream (the
+        values' producers) and before one on the d2h stream that the whole batch shares
+        (an event costs the host about as much as a copy); each value into a pinned
+        block of its size class, recycled (GpuDevice.pinned_buffer)."""
         out = self.out
         if self.owed <= 0 or len(out) >= D2H_IN_FLIGHT:
             return
-        q, v = self._next()
-        if q is None:
+        st, i, v, dups = self._next()
+        if st is None:
             self.owed = 0             # nothing left on the device to move
             return
         if not force and self.owed < PUMP_BATCH * v.nbytes:
             return
         recs: list = []
         paid = 0
-        mark = 0
-        while q is not None and self.owed > paid and len(out) + len(recs) < D2H_IN_FLIGHT:
-            e = q.popleft()
-            mark = max(mark, e[4])
-            rec = self._record(e, v)
+        while st is not None and self.owed > paid and len(out) + len(recs) < D2H_IN_FLIGHT:
+            rec = self._take(st, i, v, dups)
             recs.append(rec)
             paid += rec.nbytes
-            q, v = self._next()
+            v = None
+            st, i, v, dups = self._next()
         v = None
         if recs:
             gpu = self.gpu
             s = gpu.d2h
-            # the copies wait for the values' producers: a compute-stream event recorded
-            # after their pushes (the loops' in-flight marks) does, else a new one
-            s.wait_event(gpu.last_compute if gpu.compute_marks > mark else
-                         gpu.record(gpu.compute))
+            s.wait_event(gpu.record(gpu.compute))
             parts = []
             for rec in recs:
                 arr = rec.dev
@@ -958,10 +1039,11 @@ class _Swapper:
                 gpu.stats["swap_out_bytes"] += rec.nbytes
             gpu.stats["swap_outs"] += len(recs)
             ev = gpu.copy_parts(parts, s, "swap out", _D2H)
-            self.owed -= paid         # (a large value may pay ahead for later pushes)
+            self.owed -= paid         # (a large value may pay ahead)
+            self.out_bytes += paid
             for rec in recs:
                 out.append((rec, ev))
-        if q is None:
+        if st is None:
             self.owed = 0             # nothing left on the device to move
 
     def collect(self) -> None:
@@ -973,21 +1055,16 @@ class _Swapper:
         done_ev = None
         while out and (out[0][1] is done_ev or out[0][1].done):
             rec, done_ev = out.popleft()
+            self.out_bytes -= rec.nbytes
             if rec.state == _Rec.OUT:
                 rec.state = _Rec.HOST
                 rec.dev = None                 # the device buffer goes back to the pool
-                self._forget(rec)
                 self.host.append(weakref.ref(rec))
             elif rec.state == _Rec.GONE:
-                self._forget(rec)
                 rec.dev = None
                 rec.host = None
         self.gpu.collect()
         self.pump()
-
-    def _forget(self, rec: _Rec) -> None:
-        if self.moving.get(rec.key) is rec:
-            del self.moving[rec.key]
 
     def pop(self, rec: _Rec) -> Any:
         gpu = self.gpu
@@ -1005,7 +1082,6 @@ class _Swapper:
             self.ahead -= 1
         rec.refs -= 1
         if rec.refs == 0:
-            self._forget(rec)
             if st == _Rec.OUT:
                 rec.state = _Rec.GONE          # collect() drops it when the copy is done
             else:
@@ -1128,24 +1204,13 @@ class _Swapper:
 
     def make_room(self) -> bool:
         """Throttle: move out what is owed and up to RELIEF_BYTES more of the oldest
-        values still on the device (large ones first), and wait until their device
+        entries still on the device (large ones first), and wait until their device
         buffers are free."""
-        owed, extra, room = self.owed, 0, RELIEF_BYTES
-        for e in itertools.chain(self.resident, self.resident_small):
-            if self._value(e) is None:
-                continue
-            if owed > 0:
-                owed -= e[3]
-            elif room > 0:
-                room -= e[3]
-                extra += e[3]
-            else:
-                break
-        if not extra and self.owed <= 0 and not self.out:
+        if self._next()[0] is None and not self.out:
             return False
         gpu = self.gpu
         t0 = gpu.record(gpu.d2h) if gpu.tracing else None
-        self.owed = max(self.owed, 0) + extra
+        self.owed = max(self.owed, 0) + RELIEF_BYTES
         while (self.owed > 0 and self._next()[0] is not None) or self.out:
             self.pump(force=True)
             if self.out:
@@ -1162,15 +1227,21 @@ class _Swapper:
 class GpuStackStore(StackStore):
     """A stack of saved forward values whose entries may live in host memory."""
 
-    __slots__ = ("gpu", "ref", "__weakref__")
+    __slots__ = ("gpu", "ref", "scan", "head", "held", "held_run", "__weakref__")
 
     def __init__(self, name: str, swap_memory: bool, gpu: GpuDevice) -> None:
         super().__init__(name, swap_memory)
         self.gpu = gpu
-        self.ref = weakref.ref(self)     # what the swapper's candidates hold
+        self.ref = weakref.ref(self)     # how the swapper holds it
+        self.scan = 0                    # the swapper's cursor: entries below stay
+        self.head = None                 # (index, id, other entries) of the entry at the
+        #                                  cursor found movable, while nothing popped
+        self.held = False                # HELD_RUN entries in a row held elsewhere: its
+        self.held_run = 0                # values are not looked at any more
+        gpu.swapper.register(self)
 
-    def push(self, value: Any, swappable: bool = True) -> Any:
-        self.gpu.swapper.push(self, value, swappable)
+    def push(self, value: Any) -> Any:
+        self.gpu.swapper.push(self, value)
         return value
 
     def pop(self) -> Any:
@@ -1178,6 +1249,7 @@ class GpuStackStore(StackStore):
         if not items:
             raise OutOfRangeError(f"pop from empty stack '{self.name}'")
         v = items.pop()
+        self.head = None
         sw = self.gpu.swapper
         if type(v) is _Rec:
             return sw.pop(v)
@@ -1207,7 +1279,6 @@ _HOST_OPS = frozenset({"Shape", "Size", "Rank", "ShapeN", "BroadcastGradientArgs
 # reads as zeros): run with cupy so those zeros are made on the device.
 _DEVICE_OPS = frozenset({"TensorArrayReadV3", "TensorArrayGatherV3", "TensorArrayStack",
                          "TensorArrayConcatV3"})
-_NO_SWAP_PRODUCERS = frozenset({"ReadVariableOp", "Const", "VarHandleOp", "Enter"})
 # TensorArray bookkeeping: host objects in, host objects out, no device work (a write
 # stores the value it is given, wherever it lives): the kernel itself, no wrapper
 _TENSOR_ARRAY_HOST_OPS = frozenset({"TensorArrayV3", "TensorArrayGradV3",
@@ -1224,14 +1295,7 @@ def _bind(gpu: GpuDevice, p: Any, kw: dict) -> Any:
                 StackStore(stack_name, swap_memory)
         return functools.partial(stack_v2, **kw)
     if t == "StackPushV2":
-        src = p.inputs[1][0] if len(p.inputs) > 1 and p.inputs[1] is not None else None
-        while src is not None and src.type == "Identity" and src.inputs and src.inputs[0]:
-            src = src.inputs[0][0]
-        swappable = src is None or src.type not in _NO_SWAP_PRODUCERS
-
         def stack_push(handle: Any, value: Any) -> Any:
-            if type(handle) is GpuStackStore:
-                return handle.push(value, swappable)
             return handle.push(value)
         return stack_push
     if t == "StackPopV2":      # what the kernel wrapper would do, without its checks
