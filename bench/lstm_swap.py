@@ -13,7 +13,10 @@ iteration = one forward and one backward step), the device-memory high-water mar
 the longest sequence that fits. dcf without and with swapping are measured as a pair: at
 each length both are warmed up, then their timed runs alternate (A B B A A B ...), so
 drift of the host over the run falls on both alike (`--sequential`: one after the
-other, as before 2026-11-26c). Peers in the same process on the same card and budget
+other, as before 2026-11-26c; `--processes ROUNDS`: also each alone in a process of its
+own, alternating, since in one process the two share a memory pool whose cached blocks
+near the budget cost whichever model runs next). Peers in the same process on the same
+card and budget
 (torch.cuda.set_per_process_memory_fraction): a hand-written PyTorch LSTM cell loop
 (eager), the same loop under torch.autograd.graph.save_on_cpu(pin_memory=True), and
 cuDNN's nn.LSTM.
@@ -269,6 +272,12 @@ def main(argv: list[str] | None = None) -> dict:
                          "interleaved at each length)")
     ap.add_argument("--swap-first", action="store_true",
                     help="with --sequential: measure with swapping first (order effects)")
+    ap.add_argument("--processes", type=int, default=0, metavar="ROUNDS",
+                    help="also time dcf without and with swapping each alone in a process "
+                         "of its own (its own memory pool), alternating, ROUNDS rounds per "
+                         "length where both fit")
+    ap.add_argument("--child", default=None, choices=["dcf", "dcf swap"],
+                    help=argparse_suppress())
     ap.add_argument("--png", default=None, help="plot file (default: next to --out)")
     ap.add_argument("--time-budget", type=float, default=None,
                     help="seconds; later measurements are skipped past it (results so far "
@@ -416,6 +425,12 @@ def main(argv: list[str] | None = None) -> dict:
             if not cpu:
                 torch.cuda.set_per_process_memory_fraction(1.0)
 
+    if args.child:              # one model in this process (see --processes)
+        run_dcf({args.child: args.child == "dcf swap"}, args.swap_threshold)
+        return report(BENCH, config, [Result.from_stats(n, f"ms/iter L={L}", r[0])
+                                      for n, rows in systems.items()
+                                      for L, r in rows.items() if r[0] is not None],
+                      {}, args.out)
     try:
         if args.sequential:     # one system after the other (the earlier method)
             order = [("dcf", False), ("dcf swap", True)]
@@ -423,6 +438,8 @@ def main(argv: list[str] | None = None) -> dict:
                 run_dcf({name: swap}, args.swap_threshold)
         else:                   # paired: the timed runs of both interleaved per length
             run_dcf({"dcf": False, "dcf swap": True}, args.swap_threshold)
+        if args.processes and not cpu:
+            _in_processes(systems, config, args, budget)
         if swap_all:
             run_dcf({"dcf swap all": True}, 0.0, swap_all)
         if not args.no_torch:
@@ -455,7 +472,8 @@ def _finish(systems: dict, config: dict, budget: Any, args: Any, cpu: bool, B: i
         results.append(Result(name, "longest sequence that fits", longest[name],
                               longest[name], longest[name], "steps"))
     config["status"] = status
-    ratios = _ratios(systems, longest, config.get("paired_ratios", {}))
+    ratios = _ratios(systems, longest, dict(config.get("paired_ratios", {}),
+                                            __processes__=config.get("process_ratios", {})))
     payload = report(BENCH, config, results, ratios, args.out)
     png = args.png or (args.out[:-5] + ".png" if args.out and args.out.endswith(".json") else
                        None)
@@ -464,6 +482,53 @@ def _finish(systems: dict, config: dict, budget: Any, args: Any, cpu: bool, B: i
         if not cpu and "interrupted" not in config:
             _timeline(B, U, D, args.parallel_iterations, budget, png[:-4] + "-timeline.png")
     return payload
+
+
+def argparse_suppress() -> Any:
+    import argparse
+
+    return argparse.SUPPRESS
+
+
+def _in_processes(systems: dict, config: dict, args: Any, budget: int) -> None:
+    """dcf without and with swapping, each alone in a process of its own, alternating
+    (their order swapped every round), at each length where both fit in the paired
+    measurement: in one process the two models share one memory pool, and near the
+    budget a step can pay for the other model's cached blocks (bench/NOTES.md, "GPU,
+    session 14"). config["process_ratios"][L]: each round's swap / no-swap ms per
+    iteration."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    both = [L for L in sorted(systems.get("dcf", {}))
+            if systems["dcf"][L][2] == "ok" and systems.get("dcf swap", {}).get(L, (0, 0, ""))[2] == "ok"]
+    out: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for L in both:
+            for r in range(args.processes):
+                got = {}
+                for name in (("dcf", "dcf swap") if r % 2 == 0 else ("dcf swap", "dcf")):
+                    path = os.path.join(tmp, "child.json")
+                    cmd = [sys.executable, "-m", "bench.lstm_swap", "--child", name,
+                           "--lengths", str(L), "--budget", str(budget), "--repeat",
+                           str(args.repeat), "--no-torch", "--swap-all-lengths", "",
+                           "--swap-threshold", str(args.swap_threshold),
+                           "--units", str(args.units), "--batch", str(args.batch),
+                           "--depth", str(args.depth), "--parallel-iterations",
+                           str(args.parallel_iterations), "--out", path]
+                    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+                    if res.returncode != 0:
+                        raise RuntimeError(f"{name} L={L} in its own process failed:\n"
+                                           f"{res.stderr[-2000:]}")
+                    rows = json.load(open(path))["results"]
+                    got[name] = next(x["median"] for x in rows if x["system"] == name)
+                out.setdefault(L, []).append(got["dcf swap"] / got["dcf"])
+                print(f"  separate processes L={L:5d} round {r}: no swap {got['dcf']:.4f}, "
+                      f"swap {got['dcf swap']:.4f} ms/iter", flush=True)
+    config["process_ratios"] = out
 
 
 def _timeline(B: int, U: int, D: int, pi: int, budget: int, path: str) -> None:
@@ -512,6 +577,9 @@ def _ratios(systems: dict, longest: dict, paired: dict) -> dict:
         rs = paired.get("dcf swap", {}).get(L)
         if rs:        # the median of the rounds' own ratios: drift between rounds cancels
             out[f"swap overhead, paired L={L}"] = float(np.median(rs)) - 1
+        rs = paired.get("__processes__", {}).get(L)
+        if rs:
+            out[f"swap overhead, separate processes L={L}"] = float(np.median(rs)) - 1
         c = _med(systems, "dcf swap all", L)
         if a and c:
             out[f"swap-all overhead L={L}"] = c / a - 1
