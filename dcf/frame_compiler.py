@@ -367,6 +367,8 @@ class _Codegen:
         self.emit(b + 1, "if _now > _deadline:")
         self.emit(b + 2, "yield")
         self.emit(b + 2, "_deadline = _pc() + _YIELD_S")
+        if swapping and pushing:
+            self.emit(d, f"_swt{itv}()")     # also after a loop shorter than TICK_EVERY
         for x in f.exits:
             self.mayd[(x.id, 0)] = entry_dead  # a live loop always ends with live exits
         return f.exits

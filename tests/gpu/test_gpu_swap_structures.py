@@ -72,8 +72,14 @@ def _tensor_array(x, w, swap, pi=10):
     return a + dcf.reduce_sum(ta.stack(), axis=0) * 0.1
 
 
-@pytest.mark.parametrize("build", [_nested, _cond_in_loop, _tensor_array],
-                         ids=["nested loops", "cond in a loop", "tensor array"])
+def _short(x, w, swap, pi=10):
+    # fewer iterations than a loop's swapper ticks are apart (TICK_EVERY): it ticks at its end
+    return dcf.while_loop(lambda i, a: i < G.TICK_EVERY - 1, lambda i, a: (i + 1, dcf.tanh(a @ w)),
+                          (0, x), swap_memory=swap, parallel_iterations=pi)[1]
+
+
+@pytest.mark.parametrize("build", [_nested, _cond_in_loop, _tensor_array, _short],
+                         ids=["nested loops", "cond in a loop", "tensor array", "short loop"])
 @pytest.mark.parametrize("pi", [1, 32])
 def test_swapping_inside_control_flow_changes_no_gradient(path, build, pi):
     stats = _gpu().stats
