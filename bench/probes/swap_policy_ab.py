@@ -1,7 +1,7 @@
 """lstm_swap's model (512 units, batch 512) at a few lengths under its calibrated budget:
 no swap, and swap under the current policy and under a variant set by a module constant
 of dcf/actors/gpu.py, alternating in one process (the swapping model is the same one; the
-constant is read at every push):
+swapper reads its constants as it acts):
 
     python -m bench.probes.swap_policy_ab NAME=VALUE LENGTHS ROUNDS
 
