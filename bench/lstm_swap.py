@@ -27,6 +27,7 @@ cuDNN's nn.LSTM.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import functools
 import math
@@ -277,7 +278,7 @@ def main(argv: list[str] | None = None) -> dict:
                          "of its own (its own memory pool), alternating, ROUNDS rounds per "
                          "length where both fit")
     ap.add_argument("--child", default=None, choices=["dcf", "dcf swap"],
-                    help=argparse_suppress())
+                    help=argparse.SUPPRESS)
     ap.add_argument("--png", default=None, help="plot file (default: next to --out)")
     ap.add_argument("--time-budget", type=float, default=None,
                     help="seconds; later measurements are skipped past it (results so far "
@@ -484,12 +485,6 @@ def _finish(systems: dict, config: dict, budget: Any, args: Any, cpu: bool, B: i
     return payload
 
 
-def argparse_suppress() -> Any:
-    import argparse
-
-    return argparse.SUPPRESS
-
-
 def _in_processes(systems: dict, config: dict, args: Any, budget: int) -> None:
     """dcf without and with swapping, each alone in a process of its own, alternating
     (their order swapped every round), at each length where both fit in the paired
@@ -503,8 +498,9 @@ def _in_processes(systems: dict, config: dict, args: Any, budget: int) -> None:
     import sys
     import tempfile
 
-    both = [L for L in sorted(systems.get("dcf", {}))
-            if systems["dcf"][L][2] == "ok" and systems.get("dcf swap", {}).get(L, (0, 0, ""))[2] == "ok"]
+    swap = systems.get("dcf swap", {})
+    both = [L for L, row in sorted(systems.get("dcf", {}).items())
+            if row[2] == "ok" and L in swap and swap[L][2] == "ok"]
     out: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         for L in both:
@@ -523,7 +519,8 @@ def _in_processes(systems: dict, config: dict, args: Any, budget: int) -> None:
                     if res.returncode != 0:
                         raise RuntimeError(f"{name} L={L} in its own process failed:\n"
                                            f"{res.stderr[-2000:]}")
-                    rows = json.load(open(path))["results"]
+                    with open(path) as f:
+                        rows = json.load(f)["results"]
                     got[name] = next(x["median"] for x in rows if x["system"] == name)
                 out.setdefault(L, []).append(got["dcf swap"] / got["dcf"])
                 print(f"  separate processes L={L:5d} round {r}: no swap {got['dcf']:.4f}, "

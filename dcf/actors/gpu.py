@@ -708,19 +708,18 @@ class _Rec:
     """One saved value moved off the device (shared by the stack entries that hold the
     same array), made when its swap-out starts."""
 
-    __slots__ = ("dev", "host", "host_ptr", "ev_in", "state", "refs", "key", "shape", "dtype",
+    __slots__ = ("dev", "host", "host_ptr", "ev_in", "state", "refs", "shape", "dtype",
                  "nbytes", "ahead", "__weakref__")
 
     OUT, HOST, IN, GONE = range(4)      # OUT: its copy to the host is running
 
-    def __init__(self, value: Any, key: int) -> None:
+    def __init__(self, value: Any) -> None:
         self.dev = value
         self.host = None          # the pinned buffer's owner (keeps it alive)
         self.host_ptr = 0
         self.ev_in = None
         self.state = _Rec.OUT
         self.refs = 1
-        self.key = key            # id() of the array (alive while dev holds it)
         self.shape = value.shape
         self.dtype = value.dtype
         self.nbytes = value.nbytes
@@ -810,7 +809,6 @@ class _Swapper:
 
     def register(self, stack: Any) -> None:
         """A swapping stack made for this step (GpuStackStore)."""
-        stack.scan = 0
         self.stacks.append(stack.ref)
 
     def usage(self) -> int:
@@ -985,7 +983,7 @@ class _Swapper:
     def _take(self, st: Any, i: int, v: Any, dups: tuple) -> _Rec:
         """The record of entry i of `st` (array v), put in place of v there and in the
         other entries holding it."""
-        rec = _Rec(v, id(v))
+        rec = _Rec(v)
         st.items[i] = rec
         st.head = None
         rec.refs = 1
