@@ -1061,7 +1061,7 @@ def _marker(gpus: list) -> Any:
     def mark() -> list:
         evs = []
         for g in gpus:
-            g.activate()          # an event is recorded with its stream's device current
+            g.make_current()      # an event is recorded with its stream's device current
             evs.append(g.record(g.compute))
         return evs
     return mark

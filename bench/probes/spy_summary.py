@@ -22,7 +22,7 @@ lines, callee, total, compiled = collections.Counter(), collections.Counter(), 0
 for rec in open(path):
     stack, _, n = rec.rstrip().rpartition(" ")
     n, frames = int(n), stack.split(";")
-    if not any(f.startswith("timed (") for f in frames):
+    if not any(f.startswith(("timed (", "main.<locals>.timed (")) for f in frames):
         continue
     total += n
     if "<dcf " in frames[-1]:

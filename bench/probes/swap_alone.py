@@ -23,13 +23,18 @@ def main() -> None:
     gpu = G.gpu_device(0)
     xv = _input(L, B, D, False)
 
+    keys = ("swap_outs", "swap_ins", "pinned_allocs", "throttled", "evicted", "swap_batches")
+    moved: dict = {}
+
     def timed(m) -> float:
         gc.collect()
         gc.disable()
+        s0 = dict(gpu.stats)
         t0 = time.perf_counter()
         m.step(xv)
         t = (time.perf_counter() - t0) / L * 1e3
         gc.enable()
+        moved.setdefault(id(m), []).append(tuple(gpu.stats[k] - s0.get(k, 0) for k in keys))
         return t
 
     held = {}
@@ -39,6 +44,7 @@ def main() -> None:
         held[name] = gpu.pool.total_bytes()
         print(f"L={L} alone {name}: {statistics.median(ts):.4f} ms/iter "
               f"(min {min(ts):.4f}); pool holds {held[name] / 2**20:.0f} MiB", flush=True)
+        print(f"    per step ({', '.join(keys)}): {moved.get(id(m), [])}", flush=True)
     if only is not None:
         for m in models.values():
             m.close()

@@ -5,7 +5,8 @@ swapper reads its constants as it acts):
 
     python -m bench.probes.swap_policy_ab NAME=VALUE LENGTHS ROUNDS
 
-e.g. `SWAP_MIN_BYTES=3145728 400,500 6`. Prints per length the median ms per loop
+e.g. `SWAP_MIN_BYTES=3145728 400,500 6`, or several constants at once joined by `+`
+(`PUMP_BATCH=8+PREFETCH_BATCH=16`). Prints per length the median ms per loop
 iteration of each, the paired overheads over no swap, and values and MiB moved out per
 step (bench/NOTES.md, "GPU, session 12")."""
 import os, sys, time
@@ -19,11 +20,17 @@ from bench.lstm_swap import DcfLSTM, _input, calibrate_budget
 
 
 def main() -> None:
-    name, value = sys.argv[1].split("=")
+    pairs = [p.split("=") for p in sys.argv[1].split("+")]   # NAME=VALUE[+NAME=VALUE...]
     lengths = [int(v) for v in sys.argv[2].split(",")]
     rounds = int(sys.argv[3])
-    base_value = getattr(gmod, name)
-    variant = type(base_value)(float(value)) if not isinstance(base_value, int) else int(value)
+    name = "+".join(n for n, _ in pairs)
+    base_value = tuple(getattr(gmod, n) for n, _ in pairs)
+    variant = tuple(type(b)(float(v)) if not isinstance(b, int) else int(v)
+                    for b, (_, v) in zip(base_value, pairs))
+
+    def setattr_(_mod, _name, values):       # every constant of the variant at once
+        for (n, _), v in zip(pairs, values):
+            setattr(gmod, n, v)
     B = U = D = int(os.environ.get("DCF_PROBE_UNITS", 512))   # small: stand-in GPUs
     budget = calibrate_budget(B, U, D, 32, 530, 100 if B >= 256 else 20)["budget"]
     cfg = dcf.SessionConfig(gpu_memory_limit=budget, swap_threshold=0.7)
@@ -37,7 +44,7 @@ def main() -> None:
             runs = {"noswap": (plain, base_value), "swap": (swap, base_value),
                     "variant": (swap, variant)}
             for m, v in runs.values():
-                setattr(gmod, name, v)
+                setattr_(gmod, name, v)
                 m.step(xv)
             ts: dict = {k: [] for k in runs}
             moved: dict = {k: [0, 0, 0, 0] for k in runs}
@@ -45,7 +52,7 @@ def main() -> None:
                 order = list(runs) if r % 2 == 0 else list(reversed(list(runs)))
                 for k in order:
                     m, v = runs[k]
-                    setattr(gmod, name, v)
+                    setattr_(gmod, name, v)
                     before = dict(gpu.stats)
                     G.sync_all()
                     t0 = time.perf_counter()
@@ -56,7 +63,7 @@ def main() -> None:
                     moved[k][1] += gpu.stats["swap_out_bytes"] - before.get("swap_out_bytes", 0)
                     moved[k][2] += gpu.stats["swap_batches"] - before.get("swap_batches", 0)
                     moved[k][3] += gpu.stats["swap_kept"] - before.get("swap_kept", 0)
-            setattr(gmod, name, base_value)
+            setattr_(gmod, name, base_value)
             med = {k: float(np.median(v)) for k, v in ts.items()}
             pair = {k: float(np.median([a / b for a, b in zip(ts[k], ts["noswap"])]))
                     for k in ("swap", "variant")}

@@ -72,10 +72,10 @@ KEEP_NEWEST = 2               # a stack's newest entries held elsewhere are look
 HELD_RUN = 8                  # after this many entries in a row held elsewhere, a stack's
 #                               later entries are passed over without a look
 PREFETCH_ITEMS = 8            # swapped entries always allowed back ahead of their pops
-PREFETCH_BATCH = 8            # entries brought back per pop at most (one h2d event)
+PREFETCH_BATCH = 16           # entries brought back per pop at most (one h2d event)
 PREFETCH_MIN = 4              # smallest prefetch batch while others are on their way
 D2H_IN_FLIGHT = 16            # swap-out copies queued on the d2h stream at once
-PUMP_BATCH = 4                # swap-outs started together (one pair of events per batch)
+PUMP_BATCH = 8                # swap-outs started together (one pair of events per batch)
 LARGE_SHARE = 0.375           # values this share of the largest one pushed move out first
 PREFETCH_MAX_USE = 0.95       # the first PREFETCH_ITEMS come back while use is under this
 LANDING_MIN_BYTES = 8 << 20   # peer copies this large land on the h2d stream (see _land)
@@ -87,10 +87,19 @@ USAGE_EVERY = 16              # swapper decisions re-read pool use this often
 PINNED_STEP_MIN = 4 << 10     # pinned blocks come in sizes of at least this step
 SWAP_BLOCKS_IDLE_MAX = 4 << 30  # idle pinned swap blocks kept per GPU at most (bytes)
 KEEP_SHARED = True            # saved values whose memory other arrays hold are not moved
+EVENT_POOL = 256              # events kept per GPU for reuse by record() (0: a new one each)
 
 _H2D, _D2H, _DEFAULT = 1, 2, 4    # cudaMemcpyKind (Default: by the pointers, unified addressing)
 _ACTIVE: list = [None, None]  # the GpuDevice whose device and stream are current, and
 _ident = threading.get_ident   # the thread it was made current in (cupy's state is per thread)
+
+
+def _pool_refs() -> int:
+    pool = collections.deque([object()])
+    return sys.getrefcount(pool[0])
+
+
+_IDLE_EVENT_REFS = _pool_refs()   # the references of an event only record()'s pool holds
 
 
 # ------------------------------------------------------------------ the device
@@ -132,6 +141,7 @@ class GpuDevice:
         self._watch: list = []            # [(event, callback)] run when the event is done
         self._deferred: collections.deque = collections.deque()  # (event, keep-alive)
         self._poller: asyncio.Task | None = None
+        self._events: collections.deque = collections.deque()   # for reuse (record)
         self.last_compute: Any = None         # the last event recorded on the compute
         self.compute_marks = 0                # stream, and how many were
         self.swapper = _Swapper(self)
@@ -205,7 +215,24 @@ class GpuDevice:
 
     # ------------------------------------------------------------- events
     def record(self, stream: Any) -> Any:
-        ev = self.cp.cuda.Event(disable_timing=not self.tracing)
+        """An event recorded on `stream` now. Outside traces, one this device made before
+        that nothing else holds any more, recorded again (waits already enqueued on it keep
+        its earlier record; nobody can query it), else a new one, kept for reuse (up to
+        EVENT_POOL): making and destroying an event per record cost the host more than the
+        record itself (bench/NOTES.md, "GPU, session 15")."""
+        if self.tracing:
+            ev = self.cp.cuda.Event(disable_timing=False)
+        else:
+            pool = self._events
+            ev = None
+            if pool and EVENT_POOL:
+                if sys.getrefcount(pool[0]) <= _IDLE_EVENT_REFS:
+                    ev = pool[0]
+                pool.rotate(-1)
+            if ev is None:
+                ev = self.cp.cuda.Event(disable_timing=True)
+                if len(pool) < EVENT_POOL:
+                    pool.append(ev)
         ev.record(stream)
         if stream is self.compute:     # (the swapper's copies may wait for it)
             self.last_compute = ev
@@ -299,6 +326,7 @@ class GpuDevice:
             self._swap_idle_bytes -= size
         else:
             mem = self.cp.cuda.alloc_pinned_memory(size)
+            self.stats["pinned_allocs"] += 1
             ptr = getattr(mem, "ptr", None)
             if ptr is None:                  # the test stand-in's buffer
                 mem = np.frombuffer(mem, np.uint8)

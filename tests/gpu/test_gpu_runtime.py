@@ -336,6 +336,49 @@ def test_training_on_gpu_matches_cpu(rng):
 
 
 # ------------------------------------------------------------------ work in flight
+def test_recorded_events_are_reused_only_once_nothing_holds_them(monkeypatch):
+    """GpuDevice.record re-records an event it made before only when nothing but its pool
+    holds it: an event someone keeps (to wait on or query) is never recorded again
+    under them, and the pool stops growing at EVENT_POOL; traces get new events with
+    timing."""
+    from dcf.actors import gpu as G
+
+    gpu = _gpu()
+    gpu.activate()
+    s = gpu.d2h                          # (compute's last event is held as last_compute)
+    gpu._events.clear()
+    made = []
+    real = gpu.cp.cuda.Event
+
+    def event(*a, **k):
+        made.append(k.get("disable_timing"))
+        return real(*a, **k)
+    monkeypatch.setattr(gpu.cp.cuda, "Event", event)
+
+    first = gpu.record(s)
+    first_id = id(first)
+    del first                            # idle now: the next record takes it again
+    assert id(gpu.record(s)) == first_id and len(made) == 1
+    kept = [gpu.record(s) for _ in range(3)]
+    kept_ids = {id(e) for e in kept}
+    n = 3 * G.EVENT_POOL
+    for _ in range(n):
+        e = gpu.record(s)
+        assert id(e) not in kept_ids
+    del e
+    assert len(made) == len(gpu._events) <= G.EVENT_POOL     # every one made is pooled,
+    assert len(made) < n // 4                                # and reused, not made per record
+    assert set(made) == {True}
+    gpu.tracing = True
+    try:
+        traced = gpu.record(s)
+    finally:
+        gpu.tracing = False
+    assert made[-1] is False and all(e is not traced for e in gpu._events)
+    del kept, traced
+    gpu._events.clear()
+
+
 @pytest.mark.parametrize("pi", [1, 3, 8, 10, 32])
 def test_a_gpu_loop_keeps_at_most_parallel_iterations_in_flight(monkeypatch, pi):
     """The compiled loop bounds the GPU work it has enqueued but not seen finish by
