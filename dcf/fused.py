@@ -159,6 +159,10 @@ class FusedActor(DeviceActor):
         for a in self.gpu_actors:
             a.prepare()
 
+    def end(self) -> None:
+        for a in self.gpu_actors:
+            a.finish()
+
     def _collect(self) -> None:
         for a in self.gpu_actors:
             a.gpu.collect()
@@ -168,22 +172,31 @@ class FusedActor(DeviceActor):
                        **kw: Any) -> Executor:
         self.begin()
         try:
-            ex = await super().run_step(plan, feeds, step, rendezvous, **kw)
-        except MemoryError as e:        # an allocation outside any kernel (a copy)
-            if isinstance(e, ResourceExhaustedError):
-                raise
-            raise ResourceExhaustedError(f"out of GPU memory in a transfer: {e}") from None
-        pending = start_fetches(ex.results)
-        for _, _, ev, owner in pending:
-            await owner.wait(ev)
-        end_fetches(ex.results, pending)
-        self._collect()
-        return ex
+            try:
+                ex = await super().run_step(plan, feeds, step, rendezvous, **kw)
+            except MemoryError as e:        # an allocation outside any kernel (a copy)
+                if isinstance(e, ResourceExhaustedError):
+                    raise
+                raise ResourceExhaustedError(f"out of GPU memory in a transfer: {e}") from None
+            pending = start_fetches(ex.results)
+            for _, _, ev, owner in pending:
+                await owner.wait(ev)
+            end_fetches(ex.results, pending)
+            self._collect()
+            return ex
+        finally:
+            self.end()
 
     def run_sync(self, plan: ExecPlan, feeds: list, check: Callable[[], None]) -> list:
         """The same step with no event loop: `check()` runs whenever the code yields
         (the deadline); a yielded GPU event is waited for in the driver's thread."""
         self.begin()
+        try:
+            return self._run_sync(plan, feeds, check)
+        finally:
+            self.end()
+
+    def _run_sync(self, plan: ExecPlan, feeds: list, check: Callable[[], None]) -> list:
         gen = plan.compiled_root.start(feeds)
         waited, n_waits, clock = 0.0, 0, time.perf_counter
         try:

@@ -142,6 +142,8 @@ class GpuDevice:
         self._deferred: collections.deque = collections.deque()  # (event, keep-alive)
         self._poller: asyncio.Task | None = None
         self._events: collections.deque = collections.deque()   # for reuse (record)
+        self._steps: collections.Counter = collections.Counter()  # the memory settings of
+        #                                     the steps running here (begin_step), counted
         self.last_compute: Any = None         # the last event recorded on the compute
         self.compute_marks = 0                # stream, and how many were
         self.swapper = _Swapper(self)
@@ -197,6 +199,34 @@ class GpuDevice:
             self.collect()
             self.pool.free_all_blocks()
         return freed
+
+    def begin_step(self, settings: tuple) -> None:
+        """A session's step starts on this GPU with its memory settings (limit,
+        swap threshold). The pool is one per GPU and process, shared by every session:
+        while steps of sessions with different settings overlap, the strictest of theirs
+        applies -- the smallest limit and the smallest threshold -- so that no session runs
+        over its own budget; a step alone runs under its own settings."""
+        self._steps[settings] += 1
+        self._apply_settings()
+
+    def end_step(self, settings: tuple) -> None:
+        """A step begun with `settings` has ended: the steps still running get the
+        strictest of their own settings back (a budget they overlapped with is lifted)."""
+        n = self._steps.get(settings, 0) - 1
+        if n > 0:
+            self._steps[settings] = n
+        else:
+            self._steps.pop(settings, None)
+        self._apply_settings()
+
+    def _apply_settings(self) -> None:
+        steps = self._steps
+        if not steps:
+            return
+        limits = [lim for lim, _ in steps if lim]
+        want = (min(limits) if limits else None, min(thr for _, thr in steps))
+        if (self.limit, self.swap_threshold) != want:
+            self.configure(*want)
 
     def configure(self, limit: int | None, threshold: float) -> None:
         self.limit = int(limit) if limit else None
@@ -1542,18 +1572,28 @@ class GpuActor(DeviceActor):
         return d
 
     def prepare(self) -> None:
-        """Before a step: this GPU current, this session's memory settings, the
-        swapper's sampling restarted."""
+        """Before a step: this GPU current, this session's memory settings (the
+        strictest of those of the steps running on it: GpuDevice.begin_step), the
+        swapper's sampling restarted. finish() after the step, whatever its end."""
         gpu = self.gpu
         gpu.activate()
-        if (gpu.limit, gpu.swap_threshold) != self._memory:   # this session's settings
-            gpu.configure(*self._memory)
+        gpu.begin_step(self._memory)
         gpu.swapper.reset()
+
+    def finish(self) -> None:
+        self.gpu.end_step(self._memory)
 
     async def run_step(self, plan: Any, feeds: list, step: Any, rendezvous: Any,
                        **kw: Any) -> Any:
-        gpu = self.gpu
         self.prepare()
+        try:
+            return await self._run_step(plan, feeds, step, rendezvous, **kw)
+        finally:
+            self.finish()
+
+    async def _run_step(self, plan: Any, feeds: list, step: Any, rendezvous: Any,
+                        **kw: Any) -> Any:
+        gpu = self.gpu
         trace = kw.get("trace", False)
         if trace:
             gpu.begin_trace()

@@ -336,6 +336,78 @@ def test_training_on_gpu_matches_cpu(rng):
 
 
 # ------------------------------------------------------------------ work in flight
+def test_overlapping_sessions_with_different_budgets_run_under_the_strictest():
+    """One process has one memory pool per GPU: while steps of two sessions with
+    different memory settings overlap, both run under the smaller limit and threshold
+    (neither goes over its own budget); a step alone runs under its own settings, and
+    a budget lifts once the step that brought it ends."""
+    import asyncio
+    import time
+
+    gpu = _gpu()
+    small = 300 << 20
+    a_cfg = dcf.SessionConfig(gpu_memory_limit=small, swap_threshold=0.9)
+    b_cfg = dcf.SessionConfig(swap_threshold=0.5)
+    seen: dict = {"a": [], "b": []}
+    a_running = [False]
+
+    def watcher(name, sleep):
+        def f(x):
+            time.sleep(sleep)
+            seen[name].append((gpu.limit, gpu.swap_threshold, a_running[0]))
+            return x
+        return f
+
+    ga = dcf.Graph()
+    with ga.as_default():
+        def body(i, x):
+            with dcf.device("/gpu:0"):
+                y = x * 1.0
+            y = dcf.reshape(dcf.py_func(watcher("a", 0.002), [y], dcf.float32), [4])
+            return i + 1, y
+        _, out_a = dcf.while_loop(lambda i, x: i < 40, body, (0, dcf.constant(np.ones(4, np.float32))),
+                                  parallel_iterations=1)
+    gb = dcf.Graph()
+    with gb.as_default():
+        with dcf.device("/gpu:0"):
+            yb = dcf.constant(np.ones(4, np.float32)) * 2.0
+        out_b = dcf.py_func(watcher("b", 0.0), [yb], dcf.float32)
+
+    async def main():
+        sa = dcf.AsyncSession(ga, config=a_cfg)
+        sb = dcf.AsyncSession(gb, config=b_cfg)
+        try:
+            async def run_a():
+                a_running[0] = True
+                try:
+                    return await sa.run(out_a)
+                finally:
+                    a_running[0] = False
+
+            async def run_b_during_a():
+                while len(seen["a"]) < 5:                 # A's loop is under way
+                    await asyncio.sleep(0.001)
+                return await sb.run(out_b)
+
+            got_a, got_b = await asyncio.gather(run_a(), run_b_during_a())
+            np.testing.assert_array_equal(got_a, np.ones(4))
+            np.testing.assert_array_equal(got_b, 2 * np.ones(4))
+            await sb.run(out_b)                           # B alone
+            await sa.run(out_a)                           # A alone
+        finally:
+            await sa.close()
+            await sb.close()
+
+    asyncio.run(main())
+    b_during, b_alone = seen["b"]
+    assert b_during == (small, 0.5, True)                 # overlapping: the strictest
+    assert b_alone == (None, 0.5, False)                  # alone: its own
+    a_first = seen["a"][:40]
+    assert all(lim == small for lim, _, _ in a_first)     # A never over its budget
+    assert {thr for _, thr, _ in a_first} <= {0.5, 0.9} and (small, 0.9, True) in a_first
+    assert all(s == (small, 0.9, False) for s in seen["a"][40:])   # A alone again
+
+
 def test_recorded_events_are_reused_only_once_nothing_holds_them(monkeypatch):
     """GpuDevice.record re-records an event it made before only when nothing but its pool
     holds it: an event someone keeps (to wait on or query) is never recorded again
