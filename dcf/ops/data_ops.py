@@ -24,7 +24,7 @@ class TensorArrayStore:
     """The runtime storage behind one TensorArray handle."""
 
     __slots__ = ("name", "dtype", "size", "dynamic_size", "clear_after_read", "element_shape",
-                 "infer_shape", "elements", "read_once", "grads")
+                 "infer_shape", "elements", "read_once", "grads", "zeros")
 
     def __init__(self, name: str, dtype: dtypes.DType, size: int, dynamic_size: bool,
                  clear_after_read: bool, element_shape: tuple | None, infer_shape: bool) -> None:
@@ -38,6 +38,7 @@ class TensorArrayStore:
         self.elements: list[Any] = [None] * self.size
         self.read_once: list[bool] = [False] * self.size
         self.grads: dict[str, TensorArrayStore] = {}
+        self.zeros: dict | None = None    # device -> the zeros unwritten elements read as
 
     def _describe(self) -> str:
         return (f"TensorArray '{self.name}' (size {len(self.elements)}, "
@@ -93,7 +94,10 @@ class TensorArrayStore:
             if self.element_shape is not None and all(d is not None for d in self.element_shape):
                 # TF semantics for gradient arrays: an unwritten element of a known shape is 0.
                 if self.name.endswith("@grad"):
-                    z = xp.zeros(self.element_shape, self.dtype.np)
+                    if xp is np:
+                        z = np.zeros(self.element_shape, self.dtype.np)
+                    else:
+                        z = self._device_zeros(xp)
                     return z if z.ndim else z[()]
             raise InvalidArgumentError(
                 f"read of index {i} from {self._describe()} which was never written")
@@ -101,6 +105,20 @@ class TensorArrayStore:
             self.elements[i] = None
             self.read_once[i] = True
         return v
+
+    def _device_zeros(self, xp: Any) -> Any:
+        """One zeros array per device for every unwritten element read (a backward loop
+        reads one each iteration when the loss does not use the forward's outputs): a new
+        one each read cost an allocation and a fill launch per iteration. Shared like a
+        loop constant: no kernel writes into an input the graph does not prove its own."""
+        dev = xp.cuda.runtime.getDevice()
+        zs = self.zeros
+        if zs is None:
+            zs = self.zeros = {}
+        z = zs.get(dev)
+        if z is None:
+            z = zs[dev] = xp.zeros(self.element_shape, self.dtype.np)
+        return z
 
     def stack(self, indices: Any = None) -> Any:
         els = self.elements
