@@ -123,6 +123,10 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--pis", default="1,2,4,8,16,32")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--processes", type=int, default=0, metavar="N",
+                    help="also measure everything again in N processes of their own and "
+                         "report the medians over them (processes on a shared host differ "
+                         "by up to 1.5x in host speed: bench/NOTES.md, \"GPU, session 15\")")
     args = ap.parse_args(argv)
 
     import dcf
@@ -197,10 +201,57 @@ def main(argv: list[str] | None = None) -> dict:
                 if base:
                     ratios[f"dcf best / {name}"] = max(rates.values()) / r.median
             G.release_device_memory()
+    if args.processes > 0:
+        ratios.update(_in_processes(args, config, pis))
     payload = report(BENCH, config, results, ratios, args.out)
     if args.out and args.out.endswith(".json"):
         _plot(pis, rates, results, config, args.out[:-5] + ".png")
     return payload
+
+
+def _in_processes(args: Any, config: dict, pis: list) -> dict:
+    """The same measurement in `args.processes` fresh processes, one after another:
+    config["process_rates"] gets each one's medians (it/s by system and pi); the ratios
+    returned are the medians over the processes of each process's own ratios."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    per: list[dict] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "child.json")
+        for k in range(args.processes):
+            cmd = [sys.executable, "-m", "bench.parallel_iterations", "--out", path,
+                   "--pis", ",".join(str(p) for p in pis), "--repeat", str(args.repeat),
+                   "--devices", str(len(config["devices"])), "--layers", str(config["layers"]),
+                   "--size", str(config["size"]), "--iterations",
+                   str(config["iterations_per_run"])]
+            cmd += ["--no-torch"] if args.no_torch else []
+            cmd += ["--cpu"] if args.cpu else []
+            cmd += ["--quick"] if args.quick else []
+            res = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+            if res.returncode != 0:
+                raise RuntimeError(f"process {k} failed:\n{res.stderr[-2000:]}")
+            with open(path) as f:
+                rows = json.load(f)["results"]
+            got = {(r["system"] if r["system"] != "dcf" else r["metric"].split()[-1]):
+                   r["median"] for r in rows}
+            per.append(got)
+            print(f"  process {k}: " + ", ".join(f"{n} {v:.0f}" for n, v in got.items()),
+                  flush=True)
+    config["process_rates"] = per
+    out: dict[str, Any] = {}
+    first = f"pi={pis[0]}"
+    for p in pis[1:]:
+        out[f"median over {len(per)} processes: dcf speedup pi={p} over {first}"] = float(
+            np.median([d[f"pi={p}"] / d[first] for d in per]))
+    for peer in ("torch host-synchronised", "torch stream-pipelined"):
+        if all(peer in d for d in per):
+            out[f"median over {len(per)} processes: dcf best / {peer}"] = float(np.median(
+                [max(v for n, v in d.items() if n.startswith("pi=")) / d[peer] for d in per]))
+    return out
 
 
 def _plot(pis: list, rates: dict, results: list, config: dict, path: str) -> None:
