@@ -531,8 +531,7 @@ class GpuDevice:
         if len(lst) >= LANDING_KEEP:
             return                      # back to the pool
         with self._device:              # (an array may die with another device current)
-            ev = self.cp.cuda.Event(disable_timing=True)
-            ev.record(self.compute)
+            ev = self.record(self.compute)
         lst.append((mem, ev))
 
     def drop_landing(self) -> None:
