@@ -154,6 +154,8 @@ class _Codegen:
         # gradient with its dh sum, the gates over their product, the read part of a
         # split product)
         self.fused_call: dict[int, tuple[list, Any]] = {}
+        # node id -> the input its result may overwrite (dcf/fusion/in_place.py)
+        self.in_place: dict[int, int] = {}
         self.vguard: dict[tuple, tuple | None] = {}   # value -> guard (see analyze)
         self.nguard: dict[int, tuple | None] = {}     # node -> guard of its firing
         self.alias: dict[tuple, str] = {}             # value -> variable it shares
@@ -190,16 +192,18 @@ class _Codegen:
                 f.nodes, gpu_of, self.inputs, self.taken()).items():
             self.fuse_call(sp, mm, leaves, lambda gpu, n, mm=mm, used=used, r0=r0, r1=r1:
                            FusedSplitMatMul(gpu, n, mm, used, r0, r1))
-        if f.parent is None:
-            return
-        from dcf.fusion.accumulate import FusedAccumulate, accumulate_groups
+        if f.parent is not None:
+            from dcf.fusion.accumulate import FusedAccumulate, accumulate_groups
 
-        taken = self.taken()
-        for add, (term, kind, leaves, pos) in accumulate_groups(f.nodes, gpu_of,
-                                                                self.inputs).items():
-            if add not in taken and term.id not in taken:
-                self.fuse_call(add, term, leaves, lambda gpu, n, term=term, kind=kind,
-                               pos=pos: FusedAccumulate(gpu, n, term, kind, pos))
+            taken = self.taken()
+            for add, (term, kind, leaves, pos) in accumulate_groups(f.nodes, gpu_of,
+                                                                    self.inputs).items():
+                if add not in taken and term.id not in taken:
+                    self.fuse_call(add, term, leaves, lambda gpu, n, term=term, kind=kind,
+                                   pos=pos: FusedAccumulate(gpu, n, term, kind, pos))
+        from dcf.fusion.in_place import in_place_groups
+
+        self.in_place.update(in_place_groups(f.nodes, gpu_of, self.inputs, self.taken()))
 
     def taken(self) -> set:
         """Ids of the nodes already fused into another call, or fused calls themselves."""
@@ -848,7 +852,7 @@ class _Codegen:
             # On a GPU: inline for the values that stay on the host (loop counters and
             # predicates: numpy scalars), where the wrapper would run the same operator;
             # anything else (device arrays; host arrays it may upload) calls it.
-            self.env[f"f{n.id}"] = n.fn
+            self.env[f"f{n.id}"] = self.kernel_fn(n)
             self.env["_HS"] = _HOST_SCALARS
             self.env["_NPA"] = np.ndarray
             if n.type in _ALIAS:
@@ -861,8 +865,18 @@ class _Codegen:
             self.env[f"f{n.id}"] = FusedElementwise(self.cf.plan.gpu_of[n.id], grp[2],
                                                     len(grp[1]), grp[3])
         else:
-            self.env[f"f{n.id}"] = n.fn
+            self.env[f"f{n.id}"] = self.kernel_fn(n)
         return f"f{n.id}({', '.join(args)})"
+
+    def kernel_fn(self, n: NodeInfo) -> Any:
+        """What the compiled code calls for kernel node n: its kernel, or one that may
+        write its result over an input (dcf/fusion/in_place.py)."""
+        j = self.in_place.get(n.id)
+        if j is None:
+            return n.fn
+        from dcf.fusion.in_place import InPlaceElementwise
+
+        return InPlaceElementwise(self.cf.plan.gpu_of[n.id], n, j)
 
     def stack_op(self, n: NodeInfo, args: list) -> str:
         """A push or pop of a gradient stack, inline for a plain StackStore (a list's

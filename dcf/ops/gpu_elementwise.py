@@ -60,6 +60,7 @@ class RawElementwise:
         self.nd = cp.ndarray
         self._kernels: dict[tuple, Any] = {}
         self._same: dict[str, Any] = {}   # dtype char -> kernel of all-"a" arguments
+        self._same_into: dict[tuple, Any] = {}   # (dtype char, j) -> ... written over in{j}
 
     def __call__(self, args: tuple) -> Any:
         """The result as a new device array, or None when `args` don't fit (above)."""
@@ -80,12 +81,34 @@ class RawElementwise:
                     return self._launch(k, shape, dt, size, args)
         return self._general(args)
 
-    def _launch(self, k: Any, shape: tuple, dt: Any, size: int, params: Any) -> Any:
-        out = self.cp.empty(shape, dt)
+    def _launch(self, k: Any, shape: tuple, dt: Any, size: int, params: Any,
+                out: Any = None) -> Any:
+        if out is None:
+            out = self.cp.empty(shape, dt)
         RawLoop.launch(k, size, (*params, out))
         return out
 
-    def _general(self, args: tuple) -> Any:
+    def into(self, args: tuple, j: int) -> Any:
+        """The result written over args[j] (returned), or None where the arguments don't
+        fit: args[j] must be a C-contiguous device array of the result's shape and dtype.
+        Its kernel reads in{j} from the output itself (layout ``o``: no pointer aliases
+        another), so each element is read before it is overwritten, by the same thread.
+        The caller proves that nothing else reads args[j] (dcf/fusion/in_place.py)."""
+        nd = self.nd
+        t = args[j] if 0 <= j < len(args) else None
+        if type(t) is not nd or not c_contiguous(t):
+            return None
+        shape, dt = t.shape, t.dtype
+        for a in args:          # the common case: every argument like the output
+            if type(a) is not nd or a.shape != shape or a.dtype != dt or not c_contiguous(a):
+                break
+        else:
+            k = self._same_into.get((dt.char, j))
+            if k is not None and t.size:
+                return self._launch(k, shape, dt, t.size, args[:j] + args[j + 1:], t)
+        return self._general(args, j)
+
+    def _general(self, args: tuple, into: int | None = None) -> Any:
         if not self.available or len(args) != self.n_in:
             return None
         nd = self.nd
@@ -102,11 +125,15 @@ class RawElementwise:
                     out_shape, size = a.shape, a.size
         if dt is None or dt.char not in "fd" or size == 0:
             return None
+        if into is not None and args[into].shape != out_shape:
+            return None
         layout = []
         params: list = []
         nout = len(out_shape)
-        for a in args:
-            if type(a) is nd:
+        for j, a in enumerate(args):
+            if j == into:
+                layout.append("o")            # the output's own element, read first
+            elif type(a) is nd:
                 if not c_contiguous(a):
                     ld = row_stride(a) if a.shape == out_shape else None
                     if ld is None:
@@ -143,7 +170,10 @@ class RawElementwise:
             self._kernels[key] = k
             if key[1] == "a" * self.n_in:
                 self._same[key[0]] = k
-        return self._launch(k, out_shape, dt, size, params)
+            elif into is not None and key[1] == "a" * into + "o" + "a" * (self.n_in - into - 1):
+                self._same_into[(key[0], into)] = k
+        return self._launch(k, out_shape, dt, size, params,
+                            None if into is None else args[into])
 
     def _compile(self, char: str, layout: str) -> Any:
         ps, loads = [], []
@@ -161,9 +191,11 @@ class RawElementwise:
             elif kind == "p":
                 ps.append(f"const T* __restrict__ p{j}")
                 loads.append(f"const T in{j} = p{j}[0];")
+            elif kind == "o":
+                loads.append(f"const T in{j} = out[i];")
             else:
                 ps.append(f"const T in{j}")
-        return RawLoop(f"{self.name}_{layout}", ", ".join(ps) + ", T* __restrict__ out",
+        return RawLoop(f"{self.name}_{layout}", ", ".join(ps + ["T* __restrict__ out"]),
                        f"    {' '.join(loads)}\n    out[i] = {self.expression};",
                        ("--fmad=false",)).kernel(self.cp, char)
 

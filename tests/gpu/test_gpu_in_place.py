@@ -1,0 +1,89 @@
+"""Elementwise GPU ops that write their result over an input nothing else reads
+(dcf/fusion/in_place.py): the results are the bits of the same graph with the rule off,
+the rule picks only products read once, and on a GPU with raw kernels it does write in
+place (the test stand-in has none: there the ops run as before and only the values and
+the planning are checked)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import dcf
+from dcf import gpu_devices
+from dcf.fusion import in_place as IP
+
+
+@pytest.fixture
+def made(monkeypatch):
+    """The InPlaceElementwise callables the compiled frames make, by op name."""
+    got: dict = {}
+    init = IP.InPlaceElementwise.__init__
+
+    def record(self, gpu, node, j):
+        init(self, gpu, node, j)
+        got[node.name] = self
+    monkeypatch.setattr(IP.InPlaceElementwise, "__init__", record)
+    return got
+
+
+def _run(build, feed_fn, off: bool, monkeypatch):
+    with monkeypatch.context() as m:
+        if off:
+            m.setattr(IP, "in_place_groups", lambda *a, **k: {})
+        g = dcf.Graph()
+        with g.as_default():
+            fetches, feeds = build()
+            init = dcf.global_variables_initializer()
+        with dcf.Session(g) as s:
+            s.run(init)
+            s.run(fetches, feed_fn(feeds))
+            return s.run(fetches, feed_fn(feeds))
+
+
+def _chain():
+    rng = np.random.default_rng(0)
+    w = [dcf.constant((rng.standard_normal((64, 64)) / 8).astype(np.float32)) for _ in range(2)]
+    b = dcf.constant(rng.standard_normal(64).astype(np.float32))
+    x0 = dcf.placeholder(dcf.float32, (32, 64))
+    with dcf.device("/gpu:0"):
+        def body(i, x):
+            h = dcf.tanh(dcf.matmul(x, w[0], name="mm0"), name="act0")    # over the product
+            y = dcf.add(dcf.matmul(h, w[1], name="mm1"), b, name="bias")  # ... a bias row
+            p = dcf.matmul(h, w[0], name="mm2")
+            z = dcf.multiply(p, 0.5, name="half")          # p read twice: neither in place
+            v = dcf.add(p, 1.0, name="plus")
+            return i + 1, dcf.tanh(y, name="act1") + z * v
+        _, out = dcf.while_loop(lambda i, x: i < 5, body, (0, x0))
+        loss = dcf.reduce_sum(out * out)
+        grads = dcf.gradients(loss, [x0])
+    return [out, loss] + grads, x0
+
+
+def test_results_equal_the_graph_without_the_rule(made, monkeypatch):
+    xv = np.random.default_rng(1).standard_normal((32, 64)).astype(np.float32)
+    feed = lambda x0: {x0: xv}                                     # noqa: E731
+    off = _run(_chain, feed, True, monkeypatch)
+    on = _run(_chain, feed, False, monkeypatch)
+    for a, b in zip(on, off):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    want = {"while/act0", "while/bias", "while/act1"}   # each input read by that op alone
+    assert want <= set(made)
+    assert not {"while/half", "while/plus"} & set(made)  # p is read twice
+    assert any(k.startswith("gradients/") for k in made)  # (TanhGrad over a product)
+    if not gpu_devices.is_fake():                       # raw kernels: it did write in place
+        assert all(made[k].in_place > 0 for k in want), {k: made[k].in_place for k in want}
+
+
+def test_a_fetched_product_is_not_overwritten(made):
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((16, 16)).astype(np.float32)
+    g = dcf.Graph()
+    with g.as_default(), dcf.device("/gpu:0"):
+        p = dcf.matmul(dcf.constant(a), dcf.constant(a), name="prod")
+        t = dcf.tanh(p, name="t")
+    with dcf.Session(g) as s:
+        got_p, got_t = s.run([p, t])
+    np.testing.assert_allclose(got_p, a @ a, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got_t, np.tanh(a @ a), rtol=1e-4, atol=1e-5)
+    assert not made
