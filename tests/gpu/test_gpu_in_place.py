@@ -47,13 +47,16 @@ def _chain():
     b = dcf.constant(rng.standard_normal(64).astype(np.float32))
     x0 = dcf.placeholder(dcf.float32, (32, 64))
     with dcf.device("/gpu:0"):
+        # each op below that may write in place is read by a MatMul or a Relu, which no
+        # elementwise fusion absorbs (on a GPU such a tree is one kernel: nothing in place)
         def body(i, x):
             h = dcf.tanh(dcf.matmul(x, w[0], name="mm0"), name="act0")    # over the product
             y = dcf.add(dcf.matmul(h, w[1], name="mm1"), b, name="bias")  # ... a bias row
-            p = dcf.matmul(h, w[0], name="mm2")
+            r = dcf.nn.relu(y)
+            p = dcf.matmul(r, w[0], name="mm2")
             z = dcf.multiply(p, 0.5, name="half")          # p read twice: neither in place
             v = dcf.add(p, 1.0, name="plus")
-            return i + 1, dcf.tanh(y, name="act1") + z * v
+            return i + 1, dcf.matmul(z, w[1]) + v
         _, out = dcf.while_loop(lambda i, x: i < 5, body, (0, x0))
         loss = dcf.reduce_sum(out * out)
         grads = dcf.gradients(loss, [x0])
@@ -67,10 +70,9 @@ def test_results_equal_the_graph_without_the_rule(made, monkeypatch):
     on = _run(_chain, feed, False, monkeypatch)
     for a, b in zip(on, off):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-    want = {"while/act0", "while/bias", "while/act1"}   # each input read by that op alone
+    want = {"while/act0", "while/bias"}                 # each input read by that op alone
     assert want <= set(made)
     assert not {"while/half", "while/plus"} & set(made)  # p is read twice
-    assert any(k.startswith("gradients/") for k in made)  # (TanhGrad over a product)
     if not gpu_devices.is_fake():                       # raw kernels: it did write in place
         assert all(made[k].in_place > 0 for k in want), {k: made[k].in_place for k in want}
 
