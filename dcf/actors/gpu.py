@@ -25,7 +25,12 @@ recycled landing buffer: `GpuDevice._land`). Values the host must look at inside
 partition (a predicate computed from device data) are read with a blocking copy: that
 is the one place this version blocks the event loop.
 
-Memory: `SessionConfig(gpu_memory_limit=...)` sets the cupy pool's limit; a failed
+Events: `GpuDevice.record` re-records an event it made before once nothing else holds
+it (making one costs the host more than recording it).
+
+Memory: `SessionConfig(gpu_memory_limit=...)` sets the cupy pool's limit (the pool is
+one per GPU and process: while steps of sessions with different settings overlap, the
+strictest applies, `GpuDevice.begin_step`); a failed
 allocation first moves saved values out and waits for their device buffers to be free
 (throttling), then raises ResourceExhaustedError naming the op. Stacks of
 `swap_memory=True` loops swap values (>= 64 KiB, each buffer once) to pinned host
