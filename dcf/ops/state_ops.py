@@ -151,6 +151,7 @@ def _adam_update(xp, beta1, beta2, epsilon, dtype):
     b1, c1, b2, c2, eps = (t(beta1), t(1.0 - beta1), t(beta2), t(1.0 - beta2),
                            t(epsilon))
     multiply, add, sqrt = xp.multiply, xp.add, xp.sqrt
+    flush = _flush_subnormals(t) if xp is np else None
 
     def apply_adam(var_h, m_h, v_h, lr, grad):
         for h in (var_h, m_h, v_h):
@@ -172,12 +173,16 @@ def _adam_update(xp, beta1, beta2, epsilon, dtype):
         m_new = multiply(m_h.value if buf is None else buf, b1, out=buf)
         tmp = multiply(grad, c1)
         add(m_new, tmp, out=m_new)
+        if flush:
+            flush(m_new, tmp)
         m_h.value = m_new
         buf = _writable(v_h)
         v_new = multiply(v_h.value if buf is None else buf, b2, out=buf)
         multiply(grad, grad, out=tmp)
         multiply(tmp, c2, out=tmp)
         add(v_new, tmp, out=v_new)
+        if flush:
+            flush(v_new, tmp)
         v_h.value = v_new
         multiply(lr, m_new, out=tmp)
         den = sqrt(v_new)
@@ -189,6 +194,24 @@ def _adam_update(xp, beta1, beta2, epsilon, dtype):
         return new
 
     return apply_adam
+
+
+def _flush_subnormals(t: Any) -> Any:
+    """flush(x, scratch): x's subnormal elements set to zero, in place (scratch: an
+    array of x's shape and dtype it may overwrite). A moment whose gradient stays 0 (a
+    dead relu unit's weights) decays geometrically into the subnormal range, where every
+    CPU float operation on it takes a slow microcode path: DQN's Adam update went from
+    ~15 to ~40 us after a few thousand steps (bench/NOTES.md, "dqn, session 15").
+    TensorFlow runs its CPU kernels with subnormals flushed to zero (FTZ/DAZ); numpy
+    cannot set that mode, so the moments are flushed here: the same bits as before
+    for every element at or above the dtype's smallest normal number."""
+    tiny = t(np.finfo(t).tiny)
+
+    def flush(x: Any, scratch: Any) -> None:
+        np.abs(x, out=scratch)
+        np.copyto(x, t(0), where=scratch < tiny)
+
+    return flush
 
 
 def _apply_adam_kernel(xp, var_h, m_h, v_h, lr, grad, *, beta1, beta2, epsilon, dtype):
