@@ -325,6 +325,23 @@ def report(
     return payload
 
 
+def results_in_own_process(module: str, args: list[str], what: str,
+                           timeout: float) -> list[dict[str, Any]]:
+    """Run ``python -m module *args --out FILE`` in a fresh process and return its
+    report's "results" list (each result as a dict); a failed run raises RuntimeError
+    naming `what`, with the end of its stderr."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "child.json")
+        res = subprocess.run([sys.executable, "-m", module, *args, "--out", path],
+                             capture_output=True, text=True, timeout=timeout)
+        if res.returncode != 0:
+            raise RuntimeError(f"{what} in its own process failed:\n{res.stderr[-2000:]}")
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)["results"]
+
+
 def base_argparser(description: str) -> argparse.ArgumentParser:
     """Argument parser with the options every benchmark shares.
 

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from bench import gpu_common as G
-from bench.harness import Result, Stats, base_argparser, report
+from bench.harness import Result, Stats, base_argparser, report, results_in_own_process
 
 BENCH = "lstm_swap"
 
@@ -492,39 +492,26 @@ def _in_processes(systems: dict, config: dict, args: Any, budget: int) -> None:
     budget a step can pay for the other model's cached blocks (bench/NOTES.md, "GPU,
     session 14"). config["process_ratios"][L]: each round's swap / no-swap ms per
     iteration."""
-    import json
-    import os
-    import subprocess
-    import sys
-    import tempfile
-
     swap = systems.get("dcf swap", {})
     both = [L for L, row in sorted(systems.get("dcf", {}).items())
             if row[2] == "ok" and L in swap and swap[L][2] == "ok"]
     out: dict = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for L in both:
-            for r in range(args.processes):
-                got = {}
-                for name in (("dcf", "dcf swap") if r % 2 == 0 else ("dcf swap", "dcf")):
-                    path = os.path.join(tmp, "child.json")
-                    cmd = [sys.executable, "-m", "bench.lstm_swap", "--child", name,
-                           "--lengths", str(L), "--budget", str(budget), "--repeat",
-                           str(args.repeat), "--no-torch", "--swap-all-lengths", "",
-                           "--swap-threshold", str(args.swap_threshold),
-                           "--units", str(args.units), "--batch", str(args.batch),
-                           "--depth", str(args.depth), "--parallel-iterations",
-                           str(args.parallel_iterations), "--out", path]
-                    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-                    if res.returncode != 0:
-                        raise RuntimeError(f"{name} L={L} in its own process failed:\n"
-                                           f"{res.stderr[-2000:]}")
-                    with open(path) as f:
-                        rows = json.load(f)["results"]
-                    got[name] = next(x["median"] for x in rows if x["system"] == name)
-                out.setdefault(L, []).append(got["dcf swap"] / got["dcf"])
-                print(f"  separate processes L={L:5d} round {r}: no swap {got['dcf']:.4f}, "
-                      f"swap {got['dcf swap']:.4f} ms/iter", flush=True)
+    for L in both:
+        for r in range(args.processes):
+            got = {}
+            for name in (("dcf", "dcf swap") if r % 2 == 0 else ("dcf swap", "dcf")):
+                rows = results_in_own_process(
+                    "bench.lstm_swap",
+                    ["--child", name, "--lengths", str(L), "--budget", str(budget),
+                     "--repeat", str(args.repeat), "--no-torch", "--swap-all-lengths", "",
+                     "--swap-threshold", str(args.swap_threshold),
+                     "--units", str(args.units), "--batch", str(args.batch),
+                     "--depth", str(args.depth), "--parallel-iterations",
+                     str(args.parallel_iterations)], f"{name} L={L}", timeout=600)
+                got[name] = next(x["median"] for x in rows if x["system"] == name)
+            out.setdefault(L, []).append(got["dcf swap"] / got["dcf"])
+            print(f"  separate processes L={L:5d} round {r}: no swap {got['dcf']:.4f}, "
+                  f"swap {got['dcf swap']:.4f} ms/iter", flush=True)
     config["process_ratios"] = out
 
 

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from bench import gpu_common as G
-from bench.harness import Result, Stats, base_argparser, report
+from bench.harness import Result, Stats, base_argparser, report, results_in_own_process
 
 BENCH = "parallel_iterations"
 
@@ -213,34 +213,22 @@ def _in_processes(args: Any, config: dict, pis: list) -> dict:
     """The same measurement in `args.processes` fresh processes, one after another:
     config["process_rates"] gets each one's medians (it/s by system and pi); the ratios
     returned are the medians over the processes of each process's own ratios."""
-    import json
-    import os
-    import subprocess
-    import sys
-    import tempfile
-
     per: list[dict] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "child.json")
-        for k in range(args.processes):
-            cmd = [sys.executable, "-m", "bench.parallel_iterations", "--out", path,
-                   "--pis", ",".join(str(p) for p in pis), "--repeat", str(args.repeat),
-                   "--devices", str(len(config["devices"])), "--layers", str(config["layers"]),
-                   "--size", str(config["size"]), "--iterations",
-                   str(config["iterations_per_run"])]
-            cmd += ["--no-torch"] if args.no_torch else []
-            cmd += ["--cpu"] if args.cpu else []
-            cmd += ["--quick"] if args.quick else []
-            res = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-            if res.returncode != 0:
-                raise RuntimeError(f"process {k} failed:\n{res.stderr[-2000:]}")
-            with open(path) as f:
-                rows = json.load(f)["results"]
-            got = {(r["system"] if r["system"] != "dcf" else r["metric"].split()[-1]):
-                   r["median"] for r in rows}
-            per.append(got)
-            print(f"  process {k}: " + ", ".join(f"{n} {v:.0f}" for n, v in got.items()),
-                  flush=True)
+    for k in range(args.processes):
+        args_k = ["--pis", ",".join(str(p) for p in pis), "--repeat", str(args.repeat),
+                  "--devices", str(len(config["devices"])), "--layers", str(config["layers"]),
+                  "--size", str(config["size"]), "--iterations",
+                  str(config["iterations_per_run"])]
+        args_k += ["--no-torch"] if args.no_torch else []
+        args_k += ["--cpu"] if args.cpu else []
+        args_k += ["--quick"] if args.quick else []
+        rows = results_in_own_process("bench.parallel_iterations", args_k, f"process {k}",
+                                      timeout=900)
+        got = {(r["system"] if r["system"] != "dcf" else r["metric"].split()[-1]):
+               r["median"] for r in rows}
+        per.append(got)
+        print(f"  process {k}: " + ", ".join(f"{n} {v:.0f}" for n, v in got.items()),
+              flush=True)
     config["process_rates"] = per
     out: dict[str, Any] = {}
     first = f"pi={pis[0]}"

@@ -136,3 +136,14 @@ def test_peer_available_never_raises_and_caches(monkeypatch: pytest.MonkeyPatch)
     assert harness.peer_available("torch") is False
     monkeypatch.setattr(harness, "_check_peer", lambda name: True)
     assert harness.peer_available("torch") is False  # cached answer
+
+
+def test_results_in_own_process_returns_the_childs_results_or_names_its_failure() -> None:
+    rows = harness.results_in_own_process(
+        "bench.parallel_iterations",
+        ["--cpu", "--pis", "1", "--repeat", "1", "--iterations", "3", "--size", "8",
+         "--no-torch"], "the chain", timeout=300)
+    assert [r["metric"] for r in rows] == ["iterations/s pi=1"] and rows[0]["median"] > 0
+    with pytest.raises(RuntimeError, match="no such bench in its own process failed"):
+        harness.results_in_own_process("bench.no_such_module", [], "no such bench",
+                                       timeout=60)
