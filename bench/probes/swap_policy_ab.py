@@ -28,7 +28,7 @@ def main() -> None:
     variant = tuple(type(b)(float(v)) if not isinstance(b, int) else int(v)
                     for b, (_, v) in zip(base_value, pairs))
 
-    def setattr_(_mod, _name, values):       # every constant of the variant at once
+    def set_constants(values):               # every constant of the variant at once
         for (n, _), v in zip(pairs, values):
             setattr(gmod, n, v)
     B = U = D = int(os.environ.get("DCF_PROBE_UNITS", 512))   # small: stand-in GPUs
@@ -44,7 +44,7 @@ def main() -> None:
             runs = {"noswap": (plain, base_value), "swap": (swap, base_value),
                     "variant": (swap, variant)}
             for m, v in runs.values():
-                setattr_(gmod, name, v)
+                set_constants(v)
                 m.step(xv)
             ts: dict = {k: [] for k in runs}
             moved: dict = {k: [0, 0, 0, 0] for k in runs}
@@ -52,7 +52,7 @@ def main() -> None:
                 order = list(runs) if r % 2 == 0 else list(reversed(list(runs)))
                 for k in order:
                     m, v = runs[k]
-                    setattr_(gmod, name, v)
+                    set_constants(v)
                     before = dict(gpu.stats)
                     G.sync_all()
                     t0 = time.perf_counter()
@@ -63,7 +63,7 @@ def main() -> None:
                     moved[k][1] += gpu.stats["swap_out_bytes"] - before.get("swap_out_bytes", 0)
                     moved[k][2] += gpu.stats["swap_batches"] - before.get("swap_batches", 0)
                     moved[k][3] += gpu.stats["swap_kept"] - before.get("swap_kept", 0)
-            setattr_(gmod, name, base_value)
+            set_constants(base_value)
             med = {k: float(np.median(v)) for k, v in ts.items()}
             pair = {k: float(np.median([a / b for a, b in zip(ts[k], ts["noswap"])]))
                     for k in ("swap", "variant")}
