@@ -43,6 +43,25 @@ def _settle(sw) -> None:
         sw.collect()
 
 
+def _pushed_and_settled(gpu, keep, nbytes: int = MB, n: int = 8) -> tuple:
+    """(stack, what else holds its values, swap_kept before): n values k = 0..n-1 of
+    `nbytes` each, full of k, pushed on a swapping stack with every push owing its bytes
+    (threshold 0), the swapper then settled; keep(k, x) gives what else holds value k
+    (the value itself, as a variable would; a view into it) or None."""
+    gpu.configure(None, 0.0)
+    gpu.swapper.reset()
+    kept = gpu.stats["swap_kept"]
+    stack = G.GpuStackStore("s", True, gpu)
+    holders = []
+    for k in range(n):
+        x = _fill(gpu, k, nbytes)
+        holders.append(keep(k, x))
+        stack.push(x)
+        del x
+    _settle(gpu.swapper)
+    return stack, [h for h in holders if h is not None], kept
+
+
 def _states(stack) -> list:
     return [it.state if type(it) is G._Rec else None for it in stack.items]
 
@@ -182,20 +201,8 @@ def test_the_same_buffer_pushed_twice_moves_once(gpu):
 def test_a_value_something_else_holds_stays_on_the_device(gpu):
     """A saved value another object holds (a variable's array, a TensorArray's element)
     would not free its memory by moving: it stays, and the next entries pay."""
-    gpu.configure(None, 0.0)
-    gpu.swapper.reset()
-    sw = gpu.swapper
-    kept = gpu.stats["swap_kept"]
-    stack = G.GpuStackStore("s", True, gpu)
-    held = []
-    for k in range(8):
-        x = _fill(gpu, k)
-        if k < 3:
-            held.append(x)                      # as a variable would
-        stack.push(x)
-        del x
-    _settle(sw)
-    assert _states(stack) == [None] * 3 + [G._Rec.HOST] * 5, _why(sw)
+    stack, held, kept = _pushed_and_settled(gpu, lambda k, x: x if k < 3 else None)
+    assert _states(stack) == [None] * 3 + [G._Rec.HOST] * 5, _why(gpu.swapper)
     assert gpu.stats["swap_kept"] - kept == 3
     for k in range(7, -1, -1):
         np.testing.assert_array_equal(gpu.cp.asnumpy(stack.pop()), np.full(MB // 4, k, np.float32))
@@ -394,19 +401,8 @@ def test_a_buffer_a_live_view_keeps_stays_on_the_device(gpu):
     view into it: moving the buffer out would free nothing (a copy each way for
     nothing), so it stays and the bytes owed are paid with values whose move frees
     them."""
-    gpu.configure(None, 0.0)                    # every push owes its bytes
-    gpu.swapper.reset()
-    sw = gpu.swapper
-    kept = gpu.stats["swap_kept"]
-    stack = G.GpuStackStore("s", True, gpu)
-    views = []
-    for k in range(8):
-        x = _fill(gpu, k, 2 * MB)
-        if k % 2:
-            views.append(x[MB // 4:])           # its last half lives on
-        stack.push(x)
-        del x
-    _settle(sw)
+    stack, views, kept = _pushed_and_settled(        # the odd values' last halves live on
+        gpu, lambda k, x: x[MB // 4:] if k % 2 else None, 2 * MB)
     states = _states(stack)
     assert states[0::2] == [G._Rec.HOST] * 4
     assert states[1::2] == [None] * 4          # stayed, as they were pushed
