@@ -6,7 +6,8 @@ inflates every Python call):
 
 KIND: mp1_B / mp2_B (model_parallel's 8-layer LSTM on 1 or 2 GPUs at batch B), dyn_B /
 sta_B (static_vs_dynamic's dynamic or unrolled LSTM at batch B), chainG_PI (parallel_iterations'
-chain, 8 layers of 1024 over G GPUs, 200 iterations a run, parallel_iterations PI). Two warm-up steps, then
+chain, 8 layers of 1024 over G GPUs -- DCF_PROBE_LAYERS layers, if set --, 200 iterations a run,
+parallel_iterations PI). Two warm-up steps, then
 steps for SECONDS inside `timed()`, which spy_summary keeps."""
 import os, sys, time
 import numpy as np
@@ -21,7 +22,8 @@ def build(kind):
         import dcf
         from bench.parallel_iterations import build as chain
         k = int(os.environ.get("DCF_PROBE_UNITS", 1024))    # small: stand-in GPUs on a CPU
-        g, out, _, _ = chain(G.devices(int(name[5:]), False), 8, k, 200, b)
+        layers = int(os.environ.get("DCF_PROBE_LAYERS", 8))
+        g, out, _, _ = chain(G.devices(int(name[5:]), False), layers, k, 200, b)
         sess = dcf.Session(g)
 
         class Chain:

@@ -5,18 +5,24 @@ a small op's host cost (cupy's pool: ~4 us on the lent H200 hosts, as much as th
 launch itself; bench/NOTES.md, "GPU, session 15"). Where the graph shows that an
 elementwise op's input is a new array nothing else will read -- the result of a MatMul
 or of another elementwise op, whose only reader is this op -- the op can write its
-result over it, as `tanh(x @ w)` does in a layer of the parallel_iterations chain (XLA's
-buffer reuse, in its simplest form). The frame compiler emits an InPlaceElementwise call
+result over it, as `tanh(x @ w)` and `s + prev` (prev copied from the GPU before) do in
+a layer of the parallel_iterations chain (XLA's buffer reuse, in its simplest form). The frame compiler emits an InPlaceElementwise call
 for such an op, where:
 
 - the op is one of the single raw-kernel ops (dcf/ops/gpu_elementwise.py, SINGLE) on a
   GPU, not fused into another call, with no control inputs;
-- the input is output 0 of a MatMul or of such an op on the same GPU, a kernel with no
-  control inputs or outputs, not fetched, not fused elsewhere, whose one reader is this
-  op, through this input alone (patterns.feeds_only);
+- the input is output 0 of a MatMul, of such an op, or of a transfer to this GPU (a
+  `_ToDevice` of a fused multi-GPU plan, dcf/fused.py: a peer copy or an upload, a new
+  array), on the same GPU, a kernel with no control inputs or outputs, not fetched, not
+  fused elsewhere, whose one reader is this op, through this input alone
+  (patterns.feeds_only);
 - and, when it runs, the input is a C-contiguous device array of the result's shape and
   dtype that only the compiled code's variable holds (its reference count: a view of it,
-  or anything else keeping it, makes the op allocate as before).
+  or anything else keeping it, makes the op allocate as before). This check is what makes
+  it safe: a transfer hands on an array it did not make where the value was on this GPU
+  already (then its sender still holds it), and a peer copy's landing buffer goes back
+  for the next copy only once its array is gone, after an event on the compute stream
+  that follows the in-place kernel.
 
 The kernel reads the element from the output itself before writing it (layout ``o`` in
 RawElementwise), so no pointer aliases another, and computes what the op's own raw kernel
@@ -36,8 +42,9 @@ __all__ = ["in_place_groups", "InPlaceElementwise"]
 
 # SigmoidGrad's generic body rounds differently unless its inputs have one shape
 _OPS = tuple(t for t in SINGLE if t != "SigmoidGrad")
-# ops whose GPU result is always a new array of its own (never an input, nor a view)
-_FRESH = ("MatMul",) + tuple(SINGLE)
+# ops whose GPU result is a new array of its own (never a view; a transfer passes on an
+# array already on this GPU, which the runtime check sees held by its sender)
+_FRESH = ("MatMul", "_ToDevice") + tuple(SINGLE)
 
 
 def in_place_groups(frame_nodes: list, gpu_of: dict, inputs_of: Any, taken: Any) -> dict:

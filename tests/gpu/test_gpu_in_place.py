@@ -89,3 +89,43 @@ def test_a_fetched_product_is_not_overwritten(made):
     np.testing.assert_allclose(got_p, a @ a, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(got_t, np.tanh(a @ a), rtol=1e-4, atol=1e-5)
     assert not made
+
+
+def test_a_sum_over_a_value_copied_from_another_gpu(made, monkeypatch, gpu_count):
+    """The chain's second layer: s + prev, prev copied from the GPU before (a transfer
+    only the add reads), writes over the copy; the same bits as without the rule."""
+    if gpu_count < 2:
+        pytest.skip("needs two GPUs")
+    rng = np.random.default_rng(3)
+    w0, w1 = [(rng.standard_normal((64, 64)) / 8).astype(np.float32) for _ in range(2)]
+    s0 = rng.standard_normal((32, 64)).astype(np.float32)
+
+    def build():
+        with dcf.device("/gpu:0"):
+            a0 = dcf.constant(s0)
+        with dcf.device("/gpu:1"):
+            b0 = dcf.constant(s0)
+
+        def body(i, a, b):
+            with dcf.device("/gpu:0"):
+                a2 = dcf.tanh(dcf.matmul(a, w0), name="act_a")
+            with dcf.device("/gpu:1"):
+                x = dcf.add(b, a2, name="sum")              # a2 comes from /gpu:0
+                b2 = dcf.tanh(dcf.matmul(x, w1), name="act_b")
+            return i + 1, a2, b2
+        _, a, b = dcf.while_loop(lambda i, a, b: i < 6, body, (0, a0, b0),
+                                 parallel_iterations=4)
+        return [a, b], None
+
+    off = _run(build, lambda _: None, True, monkeypatch)
+    on = _run(build, lambda _: None, False, monkeypatch)
+    for x, y in zip(on, off):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    a, b = s0.astype(np.float64), s0.astype(np.float64)
+    for _ in range(6):
+        a = np.tanh(a @ w0)
+        b = np.tanh((b + a) @ w1)
+    np.testing.assert_allclose(on[1], b, rtol=1e-4, atol=1e-5)
+    assert {"while/act_a", "while/sum", "while/act_b"} <= set(made)
+    if not gpu_devices.is_fake():
+        assert made["while/sum"].in_place > 0, made["while/sum"].in_place
