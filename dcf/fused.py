@@ -156,8 +156,17 @@ class FusedActor(DeviceActor):
         self.host_waits = (0, 0.0)
 
     def begin(self) -> None:
-        for a in self.gpu_actors:
-            a.prepare()
+        """Prepare every GPU; where one fails, the ones prepared before it are finished
+        (their step counts and settings as before the run) and the error goes on."""
+        done = []
+        try:
+            for a in self.gpu_actors:
+                a.prepare()
+                done.append(a)
+        except BaseException:
+            for a in done:
+                a.finish()
+            raise
 
     def end(self) -> None:
         for a in self.gpu_actors:

@@ -212,17 +212,24 @@ class GpuDevice:
         applies -- the smallest limit and the smallest threshold -- so that no session runs
         over its own budget; a step alone runs under its own settings."""
         self._steps[settings] += 1
-        self._apply_settings()
+        try:
+            self._apply_settings()
+        except BaseException:
+            self._uncount(settings)     # not begun; the next step applies its own settings
+            raise
 
     def end_step(self, settings: tuple) -> None:
         """A step begun with `settings` has ended: the steps still running get the
         strictest of their own settings back (a budget they overlapped with is lifted)."""
+        self._uncount(settings)
+        self._apply_settings()
+
+    def _uncount(self, settings: tuple) -> None:
         n = self._steps.get(settings, 0) - 1
         if n > 0:
             self._steps[settings] = n
         else:
             self._steps.pop(settings, None)
-        self._apply_settings()
 
     def _apply_settings(self) -> None:
         steps = self._steps
@@ -1582,7 +1589,11 @@ class GpuActor(DeviceActor):
         gpu = self.gpu
         gpu.activate()
         gpu.begin_step(self._memory)
-        gpu.swapper.reset()
+        try:
+            gpu.swapper.reset()
+        except BaseException:
+            gpu.end_step(self._memory)
+            raise
 
     def finish(self) -> None:
         self.gpu.end_step(self._memory)

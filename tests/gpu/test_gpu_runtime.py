@@ -408,6 +408,38 @@ def test_overlapping_sessions_with_different_budgets_run_under_the_strictest():
     assert all(s == (small, 0.9, False) for s in seen["a"][40:])   # A alone again
 
 
+def test_a_gpu_that_fails_to_start_a_step_leaves_no_settings_counted(monkeypatch, gpu_count):
+    """A step over two GPUs whose second GPU fails to start it (its settings could not be
+    applied) fails with that error, and neither GPU keeps the step's memory settings
+    counted -- else a later step alone would run under a budget nobody holds; the next
+    run works."""
+    if gpu_count < 2:
+        pytest.skip("needs two GPUs")
+    from dcf.actors.gpu import GpuDevice
+
+    g0, g1 = GpuDevice.get(0), GpuDevice.get(1)
+    g = dcf.Graph()
+    with g.as_default():
+        with dcf.device("/gpu:0"):
+            a = dcf.constant(np.arange(4, dtype=np.float32)) * 2.0
+        with dcf.device("/gpu:1"):
+            b = a + 1.0
+    cfg = dcf.SessionConfig(gpu_memory_limit=256 << 20, swap_threshold=0.7)
+    with dcf.Session(g, config=cfg) as sess:
+        np.testing.assert_array_equal(sess.run(b), np.arange(4) * 2.0 + 1.0)
+        assert not g0._steps and not g1._steps
+
+        def refuse():
+            raise RuntimeError("no settings for you")
+        monkeypatch.setattr(g1, "_apply_settings", refuse)
+        with pytest.raises(RuntimeError, match="no settings for you"):
+            sess.run(b)
+        assert not g0._steps and not g1._steps
+        monkeypatch.undo()
+        np.testing.assert_array_equal(sess.run(b), np.arange(4) * 2.0 + 1.0)
+        assert not g0._steps and not g1._steps
+
+
 def test_recorded_events_are_reused_only_once_nothing_holds_them(monkeypatch):
     """GpuDevice.record re-records an event it made before only when nothing but its pool
     holds it: an event someone keeps (to wait on or query) is never recorded again
