@@ -19,7 +19,8 @@ module compiles one raw kernel per expression, dtype and argument layout:
 
 Anything else (integers, mixed dtypes, other broadcasts, other strided views, and the test
 stand-in for cupy, which has no `RawKernel`) returns None and the caller runs its
-general kernel. Kernels are compiled without FMA contraction, so a single op equals
+general kernel. A size that the common layouts launch often gets a kernel with n compiled
+in (SIZED_AFTER, below). Kernels are compiled without FMA contraction, so a single op equals
 cupy's ufunc bit for bit and a fused expression rounds each operation as the ops one
 by one would.
 """
@@ -31,11 +32,19 @@ from typing import Any
 
 import numpy as np
 
-from dcf.ops.gpu_raw import RawLoop, c_contiguous, row_stride
+from dcf.ops.gpu_raw import BLOCK, RawLoop, c_contiguous, row_stride
 
 __all__ = ["RawElementwise", "raw_gpu", "add_n_gpu", "SINGLE"]
 
 _names = itertools.count()
+
+# A size launched this often through one expression's all-"a" kernel (or its kernel over
+# an input) gets a kernel of its own with n compiled in: cupy's launch costs the host
+# about a microsecond per argument (bench/NOTES.md, "GPU, session 11"), and a loop
+# launches the same sizes over and over. At most SIZED_MAX such kernels per expression;
+# a launch of one also skips n's numpy scalar and the grid's arithmetic.
+SIZED_AFTER = 32
+SIZED_MAX = 8
 
 # Single ops whose GPU body is one raw kernel: the expression over in0, in1 in the
 # order the generic body (dcf/ops/math_ops.py, xp = cupy) computes it.
@@ -61,6 +70,10 @@ class RawElementwise:
         self._kernels: dict[tuple, Any] = {}
         self._same: dict[str, Any] = {}   # dtype char -> kernel of all-"a" arguments
         self._same_into: dict[tuple, Any] = {}   # (dtype char, j) -> ... written over in{j}
+        self._loops: dict[tuple, RawLoop] = {}   # (dtype char, layout) -> its RawLoop
+        # (dtype char, j or -1, size) -> (kernel with n compiled in, grid); launches by size
+        self._sized: dict[tuple, tuple] = {}
+        self._launches: dict[tuple, int] = {}
 
     def __call__(self, args: tuple) -> Any:
         """The result as a new device array, or None when `args` don't fit (above)."""
@@ -78,8 +91,31 @@ class RawElementwise:
                 k = self._same.get(dt.char)
                 size = a0.size
                 if k is not None and size and len(args) == self.n_in:
+                    ks = self._sized.get((dt.char, -1, size))
+                    if ks is None and len(self._sized) < SIZED_MAX:
+                        ks = self._count(dt.char, -1, size)
+                    if ks is not None:
+                        out = self.cp.empty(shape, dt)
+                        ks[0](ks[1], BLOCK, (*args, out))
+                        return out
                     return self._launch(k, shape, dt, size, args)
         return self._general(args)
+
+    def _count(self, char: str, j: int, size: int) -> tuple | None:
+        """One more launch of `size` through the all-"a" kernel (j = -1) or the one over
+        in{j}: its own kernel once it has been launched SIZED_AFTER times."""
+        key = (char, j, size)
+        n = self._launches.get(key, 0) + 1
+        if n < SIZED_AFTER:
+            if len(self._launches) >= 64 * SIZED_MAX:    # sizes that never come back
+                self._launches.clear()
+            self._launches[key] = n
+            return None
+        layout = "a" * self.n_in if j < 0 else "a" * j + "o" + "a" * (self.n_in - j - 1)
+        ks = self._sized[key] = (self._loops[(char, layout)].kernel(self.cp, char, size=size),
+                                 RawLoop.grid(size))
+        self._launches.pop(key, None)
+        return ks
 
     def _launch(self, k: Any, shape: tuple, dt: Any, size: int, params: Any,
                 out: Any = None) -> Any:
@@ -104,8 +140,15 @@ class RawElementwise:
                 break
         else:
             k = self._same_into.get((dt.char, j))
-            if k is not None and t.size:
-                return self._launch(k, shape, dt, t.size, args[:j] + args[j + 1:], t)
+            size = t.size
+            if k is not None and size:
+                ks = self._sized.get((dt.char, j, size))
+                if ks is None and len(self._sized) < SIZED_MAX:
+                    ks = self._count(dt.char, j, size)
+                if ks is not None:
+                    ks[0](ks[1], BLOCK, (*args[:j], *args[j + 1:], t))
+                    return t
+                return self._launch(k, shape, dt, size, args[:j] + args[j + 1:], t)
         return self._general(args, j)
 
     def _general(self, args: tuple, into: int | None = None) -> Any:
@@ -195,9 +238,10 @@ class RawElementwise:
                 loads.append(f"const T in{j} = out[i];")
             else:
                 ps.append(f"const T in{j}")
-        return RawLoop(f"{self.name}_{layout}", ", ".join(ps + ["T* __restrict__ out"]),
-                       f"    {' '.join(loads)}\n    out[i] = {self.expression};",
-                       ("--fmad=false",)).kernel(self.cp, char)
+        loop = self._loops[(char, layout)] = RawLoop(
+            f"{self.name}_{layout}", ", ".join(ps + ["T* __restrict__ out"]),
+            f"    {' '.join(loads)}\n    out[i] = {self.expression};", ("--fmad=false",))
+        return loop.kernel(self.cp, char)
 
 
 def raw_gpu(op_type: str, generic: Any) -> Any:

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["RawLoop", "c_contiguous", "row_stride"]
+__all__ = ["RawLoop", "c_contiguous", "row_stride", "BLOCK"]
 
 
 def c_contiguous(a: Any) -> bool:
@@ -50,6 +50,7 @@ def row_stride(a: Any) -> int | None:
 _THREADS = 256
 _MAX_BLOCKS = 1 << 16
 _BLOCK = (_THREADS,)
+BLOCK = _BLOCK
 _CTYPE = {"f": "float", "d": "double"}
 
 
@@ -66,20 +67,25 @@ class RawLoop:
     def available(cp: Any) -> bool:
         return hasattr(cp, "RawKernel")
 
-    def kernel(self, cp: Any, char: str, consts: tuple = ()) -> Any:
+    def kernel(self, cp: Any, char: str, consts: tuple = (), size: int | None = None) -> Any:
         """The compiled kernel for dtype character `char` ('f' or 'd'), with `consts`
         ((C type, name, value), ...) as constants of the kernel instead of parameters:
         one kernel per set of values (cupy's launch costs the host about a microsecond
-        per argument, so arguments fixed per call site are worth compiling in)."""
-        key = (char, consts) if consts else char
+        per argument, so arguments fixed per call site are worth compiling in). With
+        `size`, n is one of them too: the kernel takes no n (launch it as
+        ``k(RawLoop.grid(size), BLOCK, args)``)."""
+        key = (char, consts, size) if consts or size is not None else char
         k = self._kernels.get(key)
         if k is None:
             name = f"{self.name}_{char}"
-            if consts:
+            if consts or size is not None:
                 name += f"_k{len(self._kernels)}"
+            if size is not None:
+                consts = consts + (("long long", "n", int(size)),)
             defs = "".join(f"  const {t} {n} = ({t}){v!r};\n" for t, n, v in consts)
+            n_param = "" if size is not None else ", const long long n"
             code = (f"typedef {_CTYPE[char]} T;\n"
-                    f'extern "C" __global__ void {name}({self.params}, const long long n) {{\n'
+                    f'extern "C" __global__ void {name}({self.params}{n_param}) {{\n'
                     f"{defs}"
                     "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;"
                     " i < n;\n       i += (long long)blockDim.x * gridDim.x) {\n"
@@ -91,6 +97,11 @@ class RawLoop:
     def launch(k: Any, n: int, args: tuple) -> None:
         """Run kernel `k` over i < n (n > 0) with `args`, n appended."""
         k((min((n + _THREADS - 1) // _THREADS, _MAX_BLOCKS),), _BLOCK, args + (np.int64(n),))
+
+    @staticmethod
+    def grid(n: int) -> tuple:
+        """The grid `launch` uses for n elements (for a kernel compiled with its size)."""
+        return (min((n + _THREADS - 1) // _THREADS, _MAX_BLOCKS),)
 
     def __call__(self, cp: Any, dtype: Any, n: int, args: tuple) -> None:
         """Run the body for i < n with `args` (the parameters in order; n is passed

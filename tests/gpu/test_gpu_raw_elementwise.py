@@ -76,3 +76,32 @@ def test_add_n_equals_the_generic_body_bit_for_bit(cp, n):
     got = OPS["AddN"].gpu_kernel(cp, *xs)
     want = OPS["AddN"].kernel(cp, *[x.copy() for x in xs])
     np.testing.assert_array_equal(cp.asnumpy(got), cp.asnumpy(want))
+
+
+@pytest.mark.parametrize("n", [5000, 256 * (1 << 16) + 1000])
+def test_a_size_launched_often_gets_its_own_kernel_with_the_same_bits(cp, n):
+    """After SIZED_AFTER launches of one size, an expression (new result, or written over
+    an input) runs a kernel with n compiled in: the same bits as before and as cupy's,
+    past one grid's worth of threads too; at most SIZED_MAX sizes get one."""
+    from dcf.ops import gpu_elementwise as GE
+
+    rng = np.random.default_rng(4)
+    x = cp.asarray(rng.uniform(-3, 3, n).astype(np.float32))
+    y = cp.asarray(rng.uniform(0.5, 2, n).astype(np.float32))
+    want_add = cp.asnumpy(x + y)
+    want_tanh = cp.asnumpy(cp.tanh(x))
+    k = RawElementwise(cp, SINGLE["Add"], 2, "add")
+    t = RawElementwise(cp, SINGLE["Tanh"], 1, "tanh")
+    for i in range(GE.SIZED_AFTER + 3):
+        np.testing.assert_array_equal(cp.asnumpy(k((x, y))), want_add)
+        z = x.copy()
+        assert t.into((z,), 0) is z
+        np.testing.assert_array_equal(cp.asnumpy(z), want_tanh)
+        sized = i >= GE.SIZED_AFTER         # the first launch compiles (and is not counted)
+        assert ((("f", -1, n) in k._sized) == sized) and ((("f", 0, n) in t._sized) == sized)
+    for m in range(1, 2 * GE.SIZED_MAX + 2):            # many sizes, each launched often
+        a = x[:m].copy()
+        for _ in range(GE.SIZED_AFTER):
+            got = k((a, a))
+        np.testing.assert_array_equal(cp.asnumpy(got), cp.asnumpy(a) + cp.asnumpy(a))
+    assert len(k._sized) == GE.SIZED_MAX
