@@ -325,6 +325,22 @@ def report(
     return payload
 
 
+def host_python_seconds(repeat: int = 5) -> Stats:
+    """Seconds per call of a small pure-Python loop (a dict of 200 tuples of str): the
+    speed of the core this process runs on right now. Processes on a shared host can
+    run 1.6-1.8x apart for their whole life (bench/NOTES.md, "GPU, session 16"); a
+    host-bound figure is read with it."""
+    import timeit
+
+    def loop() -> int:
+        d = {}
+        for i in range(200):
+            d[i] = (i, str(i))
+        return sum(k for k in d)
+    return Stats.from_samples([t / 200 for t in timeit.repeat(loop, number=200,
+                                                               repeat=repeat)])
+
+
 def results_in_own_process(module: str, args: list[str], what: str,
                            timeout: float) -> list[dict[str, Any]]:
     """Run ``python -m module *args --out FILE`` in a fresh process and return its

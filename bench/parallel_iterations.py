@@ -9,7 +9,9 @@ iteration in flight the devices take turns, and only running iterations in paral
 lets device 0 start iteration t+1 while device 1 computes iteration t. The loop
 predicate (i < N) does not depend on the body. With more layers than devices
 (`--layers`), layers go to devices in contiguous groups. Measured: iterations/s for
-parallel_iterations 1..32, and the speedup over parallel_iterations=1.
+parallel_iterations 1..32, and the speedup over parallel_iterations=1; with it, the
+speed of the process's core after the dcf runs (a pure-Python loop, "host python us"),
+since on a GPU the chain at pi = 32 is bound by the host where the core is slow.
 Peers: PyTorch eager on the same chain and devices, host-synchronised (a
 torch.cuda.synchronize() after every iteration: an out-of-graph loop) and
 stream-pipelined (no synchronisation until the end).
@@ -29,7 +31,8 @@ from typing import Any
 import numpy as np
 
 from bench import gpu_common as G
-from bench.harness import Result, Stats, base_argparser, report, results_in_own_process
+from bench.harness import (Result, Stats, base_argparser, host_python_seconds, report,
+                           results_in_own_process)
 
 BENCH = "parallel_iterations"
 
@@ -173,6 +176,9 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"  dcf pi={pi:3d}: {r.median:10.1f} it/s  (max error {err:.2e})", flush=True)
         del g, sess
         G.release_device_memory()
+    # the core's speed after the dcf runs: a host-bound pi=32 figure is read with it
+    results.append(Result.from_stats("host", "python loop us", host_python_seconds(),
+                                     unit="us", scale=1e6))
     ratios: dict[str, Any] = {}
     base = rates.get(f"pi={pis[0]}")
     for k, v in rates.items():
@@ -211,7 +217,8 @@ def main(argv: list[str] | None = None) -> dict:
 
 def _in_processes(args: Any, config: dict, pis: list) -> dict:
     """The same measurement in `args.processes` fresh processes, one after another:
-    config["process_rates"] gets each one's medians (it/s by system and pi); the ratios
+    config["process_rates"] gets each one's medians (it/s by system and pi, and the
+    core's speed: "host python us", bench.harness.host_python_seconds); the ratios
     returned are the medians over the processes of each process's own ratios."""
     per: list[dict] = []
     for k in range(args.processes):
@@ -224,10 +231,12 @@ def _in_processes(args: Any, config: dict, pis: list) -> dict:
         args_k += ["--quick"] if args.quick else []
         rows = results_in_own_process("bench.parallel_iterations", args_k, f"process {k}",
                                       timeout=900)
-        got = {(r["system"] if r["system"] != "dcf" else r["metric"].split()[-1]):
+        got = {(r["system"] if r["system"] not in ("dcf", "host") else
+                r["metric"].split()[-1] if r["system"] == "dcf" else "host python us"):
                r["median"] for r in rows}
         per.append(got)
-        print(f"  process {k}: " + ", ".join(f"{n} {v:.0f}" for n, v in got.items()),
+        print(f"  process {k}: " + ", ".join(f"{n} {v:.1f}" if n == "host python us" else
+                                             f"{n} {v:.0f}" for n, v in got.items()),
               flush=True)
     config["process_rates"] = per
     out: dict[str, Any] = {}

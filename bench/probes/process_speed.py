@@ -14,13 +14,11 @@ import timeit
 
 
 def python_us() -> float:
-    """us per call of a small dict-and-str loop: the interpreter's speed on this core."""
-    def f():
-        d = {}
-        for i in range(200):
-            d[i] = (i, str(i))
-        return sum(k for k in d)
-    return min(timeit.repeat(f, number=200, repeat=5)) / 200 * 1e6
+    """us per call of a small dict-and-str loop (the fastest of five rounds): the
+    interpreter's speed on this core (bench.harness.host_python_seconds)."""
+    from bench.harness import host_python_seconds
+
+    return host_python_seconds().min * 1e6
 
 
 def cpu_now() -> int:
