@@ -84,14 +84,18 @@ def main() -> None:
     # the predicate: v{a} = ((v{m} < v{c}) ...) in the forward, (v{m} > v{c}) in the backward
     fm, fc = re.search(r"\(\(v(\d+)_0 < v(\d+)_0\)", fwd_src).groups()
     bm, bc = re.search(r"\(\(v(\d+)_0 > v(\d+)_0\)", bwd_src).groups()
-    const_of = lambda src, v: re.search(rf"v{v}_0 = (_C\d+)", src).group(1)    # noqa: E731
-    slot_of = lambda src, m: int(re.search(rf"m{m} = _enter\[(\d+)\]", src).group(1))  # noqa: E731
+    def const_of(src, v):
+        return re.search(rf"v{v}_0 = (_C\d+)", src).group(1)
+
+    def slot_of(src, m):
+        return int(re.search(rf"m{m} = _enter\[(\d+)\]", src).group(1))
     fwd, _ = compiled(fwd_src, {const_of(fwd_src, fc): N})
     bwd, _ = compiled(bwd_src, {const_of(bwd_src, bc): 0})
     pushes = [int(k) for k in re.findall(r"\(type\(v(\d+)_0\) is _SS or type\(v\d+_0\) is "
                                          r"_GSS\) and not v\d+_0\.items\.append", fwd_src)]
     pops = [int(k) for k in re.findall(r"v(\d+)_0\.items\.pop\(\)", bwd_src)]
-    enter_slot = lambda src, v: int(re.search(rf"v{v}_0 = _enter\[(\d+)\]", src).group(1))  # noqa: E731
+    def enter_slot(src, v):
+        return int(re.search(rf"v{v}_0 = _enter\[(\d+)\]", src).group(1))
     for rep in range(5):
         ef = collections.defaultdict(Value)
         ef[slot_of(fwd_src, fm)] = 0

@@ -6,8 +6,8 @@ launch itself; bench/NOTES.md, "GPU, session 15"). Where the graph shows that an
 elementwise op's input is a new array nothing else will read -- the result of a MatMul
 or of another elementwise op, whose only reader is this op -- the op can write its
 result over it, as `tanh(x @ w)` and `s + prev` (prev copied from the GPU before) do in
-a layer of the parallel_iterations chain (XLA's buffer reuse, in its simplest form). The frame compiler emits an InPlaceElementwise call
-for such an op, where:
+a layer of the parallel_iterations chain (XLA's buffer reuse, in its simplest form). The
+frame compiler emits an InPlaceElementwise call for such an op, where:
 
 - the op is one of the single raw-kernel ops (dcf/ops/gpu_elementwise.py, SINGLE) on a
   GPU, not fused into another call, with no control inputs;

@@ -1,7 +1,8 @@
 """Raw elementwise kernels on a real GPU (dcf/ops/gpu_elementwise.py): each single op
 equals cupy's general kernel bit for bit, for every argument layout the launcher
-takes (column blocks of wider matrices included), both float dtypes, and sizes past one grid's worth of threads; a fused tree
-equals its ElementwiseKernel. Skipped with the test stand-in (it has no RawKernel)."""
+takes (column blocks of wider matrices included), both float dtypes, and sizes past one
+grid's worth of threads, with n as an argument or compiled in; a fused tree equals its
+ElementwiseKernel. Skipped with the test stand-in (it has no RawKernel)."""
 
 from __future__ import annotations
 
