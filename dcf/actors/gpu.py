@@ -205,15 +205,16 @@ class GpuDevice:
             self.pool.free_all_blocks()
         return freed
 
-    def begin_step(self, settings: tuple) -> None:
+    def begin_step(self, settings: tuple) -> bool:
         """A session's step starts on this GPU with its memory settings (limit,
         swap threshold). The pool is one per GPU and process, shared by every session:
         while steps of sessions with different settings overlap, the strictest of theirs
         applies -- the smallest limit and the smallest threshold -- so that no session runs
-        over its own budget; a step alone runs under its own settings."""
+        over its own budget; a step alone runs under its own settings. True where that
+        changed the settings (configure() has reset the swapper then)."""
         self._steps[settings] += 1
         try:
-            self._apply_settings()
+            return self._apply_settings()
         except BaseException:
             self._uncount(settings)     # not begun; the next step applies its own settings
             raise
@@ -231,14 +232,16 @@ class GpuDevice:
         else:
             self._steps.pop(settings, None)
 
-    def _apply_settings(self) -> None:
+    def _apply_settings(self) -> bool:
         steps = self._steps
         if not steps:
-            return
+            return False
         limits = [lim for lim, _ in steps if lim]
         want = (min(limits) if limits else None, min(thr for _, thr in steps))
         if (self.limit, self.swap_threshold) != want:
             self.configure(*want)
+            return True
+        return False
 
     def configure(self, limit: int | None, threshold: float) -> None:
         self.limit = int(limit) if limit else None
@@ -1588,7 +1591,8 @@ class GpuActor(DeviceActor):
         swapper's sampling restarted. finish() after the step, whatever its end."""
         gpu = self.gpu
         gpu.activate()
-        gpu.begin_step(self._memory)
+        if gpu.begin_step(self._memory):
+            return                          # new settings: configure() reset the swapper
         try:
             gpu.swapper.reset()
         except BaseException:

@@ -440,6 +440,37 @@ def test_a_gpu_that_fails_to_start_a_step_leaves_no_settings_counted(monkeypatch
         assert not g0._steps and not g1._steps
 
 
+def test_each_step_restarts_the_swapper_once(monkeypatch):
+    """A step starts with the GPU's swapper reset once, whether its session's settings
+    change the GPU's (configure() resets it: steps of two sessions taking turns) or not
+    (a session's steps one after another)."""
+    from dcf.actors import gpu as G
+
+    resets = []
+    orig = G._Swapper.reset
+
+    def counted(self):
+        resets.append(self.gpu.index)
+        return orig(self)
+    monkeypatch.setattr(G._Swapper, "reset", counted)
+    g = dcf.Graph()
+    with g.as_default(), dcf.device("/gpu:0"):
+        y = dcf.constant(np.arange(3, dtype=np.float32)) * 3.0
+    a = dcf.Session(g, config=dcf.SessionConfig(gpu_memory_limit=200 << 20,
+                                                 swap_threshold=0.6))
+    b = dcf.Session(g, config=dcf.SessionConfig(swap_threshold=0.8))
+    try:
+        a.run(y)
+        b.run(y)                                  # (each session's first run makes its actor)
+        for sess in (a, b, a, b, b, a, a):
+            resets.clear()
+            np.testing.assert_array_equal(sess.run(y), np.arange(3) * 3.0)
+            assert resets == [0]
+    finally:
+        a.close()
+        b.close()
+
+
 def test_recorded_events_are_reused_only_once_nothing_holds_them(monkeypatch):
     """GpuDevice.record re-records an event it made before only when nothing but its pool
     holds it: an event someone keeps (to wait on or query) is never recorded again
