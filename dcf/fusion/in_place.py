@@ -36,7 +36,7 @@ import sys
 from typing import Any
 
 from dcf.fusion.patterns import candidates, feeds_only, known_inputs
-from dcf.ops.gpu_elementwise import SINGLE, RawElementwise
+from dcf.ops.gpu_elementwise import SINGLE, raw_elementwise
 
 __all__ = ["in_place_groups", "InPlaceElementwise"]
 
@@ -84,8 +84,7 @@ class InPlaceElementwise:
         self.gpu = gpu
         self.fn = node.fn
         self.j = j
-        expr = SINGLE[node.type]
-        self.raw = RawElementwise(gpu.cp, expr, 1 + ("in1" in expr), node.type.lower())
+        self.raw = raw_elementwise(gpu.cp, node.type)
         self.nd = gpu.cp.ndarray
         self.in_place = 0               # results written over their input (tests read it)
 

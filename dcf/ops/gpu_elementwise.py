@@ -34,7 +34,7 @@ import numpy as np
 
 from dcf.ops.gpu_raw import BLOCK, RawLoop, c_contiguous, row_stride
 
-__all__ = ["RawElementwise", "raw_gpu", "add_n_gpu", "SINGLE"]
+__all__ = ["RawElementwise", "raw_elementwise", "raw_gpu", "add_n_gpu", "SINGLE"]
 
 _names = itertools.count()
 
@@ -91,9 +91,7 @@ class RawElementwise:
                 k = self._same.get(dt.char)
                 size = a0.size
                 if k is not None and size and len(args) == self.n_in:
-                    ks = self._sized.get((dt.char, -1, size))
-                    if ks is None and len(self._sized) < SIZED_MAX:
-                        ks = self._count(dt.char, -1, size)
+                    ks = self._sized.get((dt.char, -1, size)) or self._count(dt.char, -1, size)
                     if ks is not None:
                         out = self.cp.empty(shape, dt)
                         ks[0](ks[1], BLOCK, (*args, out))
@@ -103,7 +101,10 @@ class RawElementwise:
 
     def _count(self, char: str, j: int, size: int) -> tuple | None:
         """One more launch of `size` through the all-"a" kernel (j = -1) or the one over
-        in{j}: its own kernel once it has been launched SIZED_AFTER times."""
+        in{j}: its own kernel once it has been launched SIZED_AFTER times (None before,
+        and once SIZED_MAX sizes have one)."""
+        if len(self._sized) >= SIZED_MAX:
+            return None
         key = (char, j, size)
         n = self._launches.get(key, 0) + 1
         if n < SIZED_AFTER:
@@ -142,9 +143,7 @@ class RawElementwise:
             k = self._same_into.get((dt.char, j))
             size = t.size
             if k is not None and size:
-                ks = self._sized.get((dt.char, j, size))
-                if ks is None and len(self._sized) < SIZED_MAX:
-                    ks = self._count(dt.char, j, size)
+                ks = self._sized.get((dt.char, j, size)) or self._count(dt.char, j, size)
                 if ks is not None:
                     ks[0](ks[1], BLOCK, (*args[:j], *args[j + 1:], t))
                     return t
@@ -244,11 +243,23 @@ class RawElementwise:
         return loop.kernel(self.cp, char)
 
 
+_SHARED: dict[tuple, RawElementwise] = {}
+
+
+def raw_elementwise(cp: Any, op_type: str) -> RawElementwise:
+    """The raw kernels of SINGLE op `op_type` on array module `cp`, one set per process
+    (the op's GPU body and the ops that write over their input share them)."""
+    key = (id(cp), op_type)
+    k = _SHARED.get(key)
+    if k is None:
+        expr = SINGLE[op_type]
+        k = _SHARED[key] = RawElementwise(cp, expr, 1 + ("in1" in expr), op_type.lower())
+    return k
+
+
 def raw_gpu(op_type: str, generic: Any) -> Any:
     """The GPU body of a SINGLE op: its raw kernel where the arguments fit, else
     `generic` (the op's kernel with xp = cupy)."""
-    expr = SINGLE[op_type]
-    n_in = 1 + ("in1" in expr)
     kernels: dict[int, RawElementwise] = {}
 
     # the generic SigmoidGrad associates dy * y * (1 - y) left to right unless y and dy
@@ -262,7 +273,7 @@ def raw_gpu(op_type: str, generic: Any) -> Any:
             return generic(xp, *args, **kw)
         k = kernels.get(id(xp))
         if k is None:
-            k = kernels[id(xp)] = RawElementwise(xp, expr, n_in, op_type.lower())
+            k = kernels[id(xp)] = raw_elementwise(xp, op_type)
         out = k(args)
         return generic(xp, *args, **kw) if out is None else out
     body.__name__ = f"{op_type.lower()}_gpu"
