@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--processes", type=int, default=0, metavar="N",
                     help="also measure everything again in N processes of their own and "
                          "report the medians over them (processes on a shared host differ "
-                         "by up to 1.5x in host speed: bench/NOTES.md, \"GPU, session 15\")")
+                         "by up to 1.8x in host speed: bench/NOTES.md, \"GPU, session 16\")")
     args = ap.parse_args(argv)
 
     import dcf
@@ -220,20 +220,22 @@ def _in_processes(args: Any, config: dict, pis: list) -> dict:
     config["process_rates"] gets each one's medians (it/s by system and pi, and the
     core's speed: "host python us", bench.harness.host_python_seconds); the ratios
     returned are the medians over the processes of each process's own ratios."""
+    child = ["--pis", ",".join(str(p) for p in pis), "--repeat", str(args.repeat),
+             "--devices", str(len(config["devices"])), "--layers", str(config["layers"]),
+             "--size", str(config["size"]), "--iterations", str(config["iterations_per_run"])]
+    child += ["--no-torch"] if args.no_torch else []
+    child += ["--cpu"] if args.cpu else []
+    child += ["--quick"] if args.quick else []
+
+    def name(r: dict) -> str:      # "pi=32", "host python us", or the peer's system
+        if r["system"] == "dcf":
+            return r["metric"].split()[-1]
+        return "host python us" if r["system"] == "host" else r["system"]
     per: list[dict] = []
     for k in range(args.processes):
-        args_k = ["--pis", ",".join(str(p) for p in pis), "--repeat", str(args.repeat),
-                  "--devices", str(len(config["devices"])), "--layers", str(config["layers"]),
-                  "--size", str(config["size"]), "--iterations",
-                  str(config["iterations_per_run"])]
-        args_k += ["--no-torch"] if args.no_torch else []
-        args_k += ["--cpu"] if args.cpu else []
-        args_k += ["--quick"] if args.quick else []
-        rows = results_in_own_process("bench.parallel_iterations", args_k, f"process {k}",
+        rows = results_in_own_process("bench.parallel_iterations", child, f"process {k}",
                                       timeout=900)
-        got = {(r["system"] if r["system"] not in ("dcf", "host") else
-                r["metric"].split()[-1] if r["system"] == "dcf" else "host python us"):
-               r["median"] for r in rows}
+        got = {name(r): r["median"] for r in rows}
         per.append(got)
         print(f"  process {k}: " + ", ".join(f"{n} {v:.1f}" if n == "host python us" else
                                              f"{n} {v:.0f}" for n, v in got.items()),
