@@ -358,7 +358,7 @@ class _Codegen:
         if swapping:
             # the swapper of each GPU whose stacks this loop pushes or pops acts here (its
             # pushes and pops are plain list operations)
-            from dcf.actors.gpu import TICK_EVERY
+            from dcf.actors.gpu_swap import TICK_EVERY
             self.env[f"_swt{itv}"] = _ticker(swapping, pushing)
             self.emit(b, f"if not {itv} % {TICK_EVERY}: _swt{itv}()")
         # Look at the clock every _N iterations, _N adapting (1..64) so that checks come
@@ -891,7 +891,7 @@ class _Codegen:
             # a GPU's stack, plain or swapping: its pushes and pops are a list's too (the
             # swapper acts on the loop's ticks, see frame_loop); an entry moved to the
             # host (a record) or a host array is popped by the kernel
-            from dcf.actors.gpu import GpuStackStore, _Rec
+            from dcf.actors.gpu_swap import GpuStackStore, _Rec
             self.env["_GSS"] = GpuStackStore
             self.env["_HELD"] = (np.ndarray, _Rec)
             is_stack = f"(type({h}) is _SS or type({h}) is _GSS)"

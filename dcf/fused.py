@@ -37,7 +37,8 @@ from typing import Any, Callable
 import numpy as np
 
 from dcf.actors.device_actor import DeviceActor
-from dcf.actors.gpu import GpuDevice, end_fetches, start_fetches
+from dcf.actors.gpu import GpuDevice
+from dcf.actors.gpu_actor import end_fetches, start_fetches
 from dcf.device import DeviceSpec
 from dcf.errors import ResourceExhaustedError
 from dcf.executor import Executor

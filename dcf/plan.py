@@ -123,7 +123,7 @@ def _bind(p: PNode, xp: Any, resources: Any) -> Any:
         kw["res"] = resources
         kw["node_name"] = p.name
     bind = getattr(resources, "bind_kernel", None)
-    if bind is not None:  # a device that wraps its kernels (GPU: dcf/actors/gpu.py)
+    if bind is not None:  # a device that wraps its kernels (GPU: dcf/actors/gpu_actor.py)
         return bind(p, kw)
     return functools.partial(p.kernel, xp, **kw) if kw else functools.partial(p.kernel, xp)
 

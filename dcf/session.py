@@ -132,7 +132,7 @@ class AsyncSession:
         a = self._actors.get(dev)
         if a is None:
             if DeviceSpec.parse(dev).device_type == "gpu":
-                from dcf.actors.gpu import make_gpu_actor
+                from dcf.actors.gpu_actor import make_gpu_actor
 
                 a = self._actors[dev] = make_gpu_actor(dev, self.config)
             else:

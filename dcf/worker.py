@@ -416,7 +416,7 @@ _HANDLERS = {
 def _make_actor(device: str, settings: dict) -> DeviceActor:
     """The actor of one of this worker's devices, as a session makes it in-process."""
     if DeviceSpec.parse(device).device_type == "gpu":
-        from dcf.actors.gpu import make_gpu_actor
+        from dcf.actors.gpu_actor import make_gpu_actor
 
         cfg = SimpleNamespace(gpu_memory_limit=settings.get("gpu_memory_limit"),
                               swap_threshold=settings.get("swap_threshold", 0.7))

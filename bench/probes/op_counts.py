@@ -5,12 +5,12 @@ ops one by one, so those ops are counted too. `python -m bench.probes.op_counts`
 import os, collections
 os.environ["DCF_FAKE_GPUS"] = "2"
 import numpy as np
-from dcf.actors import gpu as G
+from dcf.actors import gpu_actor as A
 from dcf.fusion import accumulate as accumulate_fusion, gates_grad as gates_grad_fusion, \
     split_matmul as split_matmul_fusion
 
 cnt = collections.Counter()
-orig = G._kernel_fn
+orig = A._kernel_fn
 
 
 def counted(gpu, name, typ, frame, dev, host, pure, on_device=False):
@@ -22,8 +22,8 @@ def counted(gpu, name, typ, frame, dev, host, pure, on_device=False):
     return w
 
 
-G._kernel_fn = counted
-orig_bind = G._bind
+A._kernel_fn = counted
+orig_bind = A._bind
 
 
 def bind(gpu, p, kw):      # ops bound directly (stack pushes and pops, variable reads)
@@ -38,7 +38,7 @@ def bind(gpu, p, kw):      # ops bound directly (stack pushes and pops, variable
     return w
 
 
-G._bind = bind
+A._bind = bind
 for mod, cls in ((gates_grad_fusion, "FusedGatesGrad"), (accumulate_fusion, "FusedAccumulate"),
                  (split_matmul_fusion, "FusedSplitMatMul")):
     C = getattr(mod, cls)

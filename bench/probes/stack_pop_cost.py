@@ -4,6 +4,7 @@ import os, timeit
 os.environ["DCF_FAKE_GPUS"] = "1"
 import numpy as np
 from dcf.actors import gpu as G
+from dcf.actors import gpu_actor as A
 from dcf.ops.data_ops import StackStore
 from dcf.plan import PNode
 from dcf.ops.registry import OPS, Kind
@@ -11,9 +12,9 @@ gpu = G.GpuDevice.get(0); gpu.activate()
 v = gpu.cp.zeros(4, np.float32)
 p = PNode(name="pop", type="StackPopV2", kind=Kind.KERNEL, frame="f", kernel=OPS["StackPopV2"].kernel, stateful=True)
 kw = dict(elem_type=None, shape=None)
-direct = G._bind(gpu, p, kw)
+direct = A._bind(gpu, p, kw)
 p2 = PNode(name="pop", type="StackPopX", kind=Kind.KERNEL, frame="f", kernel=OPS["StackPopV2"].kernel, stateful=True)
-wrapped = G._kernel_fn(gpu, "pop", "StackPopV2", "f", None, __import__("functools").partial(OPS["StackPopV2"].kernel, np, **kw), pure=False)
+wrapped = A._kernel_fn(gpu, "pop", "StackPopV2", "f", None, __import__("functools").partial(OPS["StackPopV2"].kernel, np, **kw), pure=False)
 st = StackStore("s", False)
 def run(fn):
     st.items = [v] * 1000

@@ -14,6 +14,7 @@ import numpy as np
 
 import dcf
 import dcf.actors.gpu as gmod
+import dcf.actors.gpu_swap as gswap
 from bench import gpu_common as G
 from bench.lstm_swap import DcfLSTM, _input, calibrate_budget
 
@@ -33,7 +34,7 @@ def _timed_call(f, label):
 
 
 for _name in ("tick", "pump", "_next", "collect", "pop", "_fetch", "_prefetch", "make_room"):
-    setattr(gmod._Swapper, _name, _timed_call(getattr(gmod._Swapper, _name), f"_Swapper.{_name}"))
+    setattr(gswap._Swapper, _name, _timed_call(getattr(gswap._Swapper, _name), f"_Swapper.{_name}"))
 for _name in ("relieve", "collect", "record", "pinned_buffer", "copy_parts", "used_bytes"):
     setattr(gmod.GpuDevice, _name, _timed_call(getattr(gmod.GpuDevice, _name),
                                                f"GpuDevice.{_name}"))

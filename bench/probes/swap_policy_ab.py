@@ -1,7 +1,8 @@
 """lstm_swap's model (512 units, batch 512) at a few lengths under its calibrated budget:
 no swap, and swap under the current policy and under a variant set by a module constant
-of dcf/actors/gpu.py, alternating in one process (the swapping model is the same one; the
-swapper reads its constants as it acts):
+of dcf/actors/gpu_swap.py or dcf/actors/gpu.py (set on the module whose code reads it),
+alternating in one process (the swapping model is the same one; the swapper reads its
+constants as it acts):
 
     python -m bench.probes.swap_policy_ab NAME=VALUE LENGTHS ROUNDS
 
@@ -14,9 +15,15 @@ import os, sys, time
 import numpy as np
 
 import dcf
-import dcf.actors.gpu as gmod
+import dcf.actors.gpu as gdev
+import dcf.actors.gpu_swap as gswap
 from bench import gpu_common as G
 from bench.lstm_swap import DcfLSTM, _input, calibrate_budget
+
+
+def _module_of(name):
+    """The module whose code reads constant `name`: the swapper's, else the device's."""
+    return gswap if hasattr(gswap, name) else gdev
 
 
 def main() -> None:
@@ -24,13 +31,13 @@ def main() -> None:
     lengths = [int(v) for v in sys.argv[2].split(",")]
     rounds = int(sys.argv[3])
     name = "+".join(n for n, _ in pairs)
-    base_value = tuple(getattr(gmod, n) for n, _ in pairs)
+    base_value = tuple(getattr(_module_of(n), n) for n, _ in pairs)
     variant = tuple(type(b)(float(v)) if not isinstance(b, int) else int(v)
                     for b, (_, v) in zip(base_value, pairs))
 
     def set_constants(values):               # every constant of the variant at once
         for (n, _), v in zip(pairs, values):
-            setattr(gmod, n, v)
+            setattr(_module_of(n), n, v)
     B = U = D = int(os.environ.get("DCF_PROBE_UNITS", 512))   # small: stand-in GPUs
     budget = calibrate_budget(B, U, D, 32, 530, 100 if B >= 256 else 20)["budget"]
     cfg = dcf.SessionConfig(gpu_memory_limit=budget, swap_threshold=0.7)

@@ -9,6 +9,7 @@ import time
 import numpy as np
 
 from dcf.actors import gpu as G
+from dcf.actors import gpu_swap as S
 
 
 def main() -> None:
@@ -19,17 +20,17 @@ def main() -> None:
     vals = [gpu.cp.ones((128, 128), np.float32) for _ in range(3000)]
 
     def inline() -> None:
-        st = G.GpuStackStore("s", True, gpu)
+        st = S.GpuStackStore("s", True, gpu)
         items = st.items
         for k, v in enumerate(vals):
             items.append(v)
-            if not k % G.TICK_EVERY:
+            if not k % S.TICK_EVERY:
                 sw.tick(True)
         for _ in vals:
             items.pop()
 
     def method() -> None:
-        st = G.GpuStackStore("s", True, gpu)
+        st = S.GpuStackStore("s", True, gpu)
         for v in vals:
             st.push(v)
         for _ in vals:

@@ -1,5 +1,6 @@
 """The GPU runtime: placement and transfers, mixed CPU/GPU loops, memory budget and
-swapping, traces with one track per stream (dcf/actors/gpu.py)."""
+swapping, traces with one track per stream (dcf/actors/gpu.py, gpu_swap.py and
+gpu_actor.py)."""
 
 from __future__ import annotations
 
@@ -444,15 +445,15 @@ def test_each_step_restarts_the_swapper_once(monkeypatch):
     """A step starts with the GPU's swapper reset once, whether its session's settings
     change the GPU's (configure() resets it: steps of two sessions taking turns) or not
     (a session's steps one after another)."""
-    from dcf.actors import gpu as G
+    from dcf.actors import gpu_swap as S
 
     resets = []
-    orig = G._Swapper.reset
+    orig = S._Swapper.reset
 
     def counted(self):
         resets.append(self.gpu.index)
         return orig(self)
-    monkeypatch.setattr(G._Swapper, "reset", counted)
+    monkeypatch.setattr(S._Swapper, "reset", counted)
     g = dcf.Graph()
     with g.as_default(), dcf.device("/gpu:0"):
         y = dcf.constant(np.arange(3, dtype=np.float32)) * 3.0

@@ -11,6 +11,7 @@ import pytest
 
 import dcf
 from dcf.actors import gpu as G
+from dcf.actors import gpu_swap as S
 
 R, C = 160, 128                  # 80 KiB float32 values: past SWAP_MIN_BYTES
 
@@ -74,7 +75,7 @@ def _tensor_array(x, w, swap, pi=10):
 
 def _short(x, w, swap, pi=10):
     # fewer iterations than a loop's swapper ticks are apart (TICK_EVERY): it ticks at its end
-    return dcf.while_loop(lambda i, a: i < G.TICK_EVERY - 1, lambda i, a: (i + 1, dcf.tanh(a @ w)),
+    return dcf.while_loop(lambda i, a: i < S.TICK_EVERY - 1, lambda i, a: (i + 1, dcf.tanh(a @ w)),
                           (0, x), swap_memory=swap, parallel_iterations=pi)[1]
 
 

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from dcf.actors import gpu as G
+from dcf.actors import gpu_swap as S
 
 MB = 1 << 20
 
@@ -51,7 +52,7 @@ def _pushed_and_settled(gpu, keep, nbytes: int = MB, n: int = 8) -> tuple:
     gpu.configure(None, 0.0)
     gpu.swapper.reset()
     kept = gpu.stats["swap_kept"]
-    stack = G.GpuStackStore("s", True, gpu)
+    stack = S.GpuStackStore("s", True, gpu)
     holders = []
     for k in range(n):
         x = _fill(gpu, k, nbytes)
@@ -63,7 +64,7 @@ def _pushed_and_settled(gpu, keep, nbytes: int = MB, n: int = 8) -> tuple:
 
 
 def _states(stack) -> list:
-    return [it.state if type(it) is G._Rec else None for it in stack.items]
+    return [it.state if type(it) is S._Rec else None for it in stack.items]
 
 
 def _drain(sw) -> None:
@@ -89,7 +90,7 @@ def test_use_over_the_threshold_moves_out_the_oldest_entries(gpu):
     gpu.swapper.reset()
     sw = gpu.swapper
     limit = gpu.swap_threshold * gpu.capacity
-    stack = G.GpuStackStore("s", True, gpu)
+    stack = S.GpuStackStore("s", True, gpu)
     peak = 0
     for k in range(40):
         x = _fill(gpu, k)
@@ -98,11 +99,11 @@ def test_use_over_the_threshold_moves_out_the_oldest_entries(gpu):
         peak = max(peak, gpu.used_bytes())
     _settle(sw)
     states = _states(stack)
-    moved = states.count(G._Rec.HOST)
+    moved = states.count(S._Rec.HOST)
     # the entries that moved are the oldest; what stays fits under the threshold
-    assert moved > 0 and states == [G._Rec.HOST] * moved + [None] * (40 - moved), _why(sw)
+    assert moved > 0 and states == [S._Rec.HOST] * moved + [None] * (40 - moved), _why(sw)
     assert gpu.used_bytes() <= limit + MB, _why(sw)
-    assert peak <= limit + (G.PUMP_BATCH + 1) * MB      # paid in batches as use grew
+    assert peak <= limit + (S.PUMP_BATCH + 1) * MB      # paid in batches as use grew
     # pops give every value back, newest first
     for k in range(39, -1, -1):
         v = stack.pop()
@@ -120,15 +121,15 @@ def test_large_values_move_out_first(gpu):
     sw = gpu.swapper
     sw.largest = sw._step_largest = 0
     limit = gpu.swap_threshold * gpu.capacity
-    small, large = G.GpuStackStore("small", True, gpu), G.GpuStackStore("large", True, gpu)
+    small, large = S.GpuStackStore("small", True, gpu), S.GpuStackStore("large", True, gpu)
     for k in range(20):
         for stack, n in ((small, MB), (large, 4 * MB)):
             x = _fill(gpu, k, n)
             stack.push(x)
             del x
     _settle(sw)
-    moved = _states(large).count(G._Rec.HOST)
-    assert moved > 2 and _states(large) == [G._Rec.HOST] * moved + [None] * (20 - moved), \
+    moved = _states(large).count(S._Rec.HOST)
+    assert moved > 2 and _states(large) == [S._Rec.HOST] * moved + [None] * (20 - moved), \
         _why(sw)
     assert _states(small) == [None] * 20, _why(sw)          # large ones were left
     assert gpu.used_bytes() <= limit + 4 * MB, _why(sw)
@@ -142,13 +143,13 @@ def test_small_values_move_when_no_large_one_is_left(gpu):
     gpu.configure(None, 0.0)                    # every push owes its bytes
     gpu.swapper.reset()
     sw = gpu.swapper
-    stack = G.GpuStackStore("s", True, gpu)
+    stack = S.GpuStackStore("s", True, gpu)
     for k in range(3):
         stack.push(_fill(gpu, k, 4 * MB))
     for k in range(3, 9):
         stack.push(_fill(gpu, k, MB))
     _settle(sw)
-    assert _states(stack) == [G._Rec.HOST] * 9, _why(sw)
+    assert _states(stack) == [S._Rec.HOST] * 9, _why(sw)
     for k in range(8, -1, -1):
         np.testing.assert_array_equal(gpu.cp.asnumpy(stack.pop()),
                                       np.full((4 * MB if k < 3 else MB) // 4, k, np.float32))
@@ -158,18 +159,18 @@ def test_swapped_entries_come_back_ahead_of_their_pops(gpu):
     gpu.configure(None, 0.0)                    # every saved value swaps
     gpu.swapper.reset()
     sw = gpu.swapper
-    stack = G.GpuStackStore("s", True, gpu)
-    n = 3 * G.PREFETCH_ITEMS
+    stack = S.GpuStackStore("s", True, gpu)
+    n = 3 * S.PREFETCH_ITEMS
     for k in range(n):
         stack.push(_fill(gpu, k))
     _settle(sw)
-    assert _states(stack) == [G._Rec.HOST] * n, _why(sw)
+    assert _states(stack) == [S._Rec.HOST] * n, _why(sw)
     fetched = gpu.stats["swap_ins"]
     v = stack.pop()                            # fetched on demand, the next ones ahead
     np.testing.assert_array_equal(gpu.cp.asnumpy(v), np.full(MB // 4, n - 1, np.float32))
-    ahead = [s for s in _states(stack)[-G.PREFETCH_ITEMS:]]
-    assert ahead == [G._Rec.IN] * G.PREFETCH_ITEMS
-    assert gpu.stats["swap_ins"] - fetched == 1 + G.PREFETCH_ITEMS
+    ahead = [s for s in _states(stack)[-S.PREFETCH_ITEMS:]]
+    assert ahead == [S._Rec.IN] * S.PREFETCH_ITEMS
+    assert gpu.stats["swap_ins"] - fetched == 1 + S.PREFETCH_ITEMS
     for k in range(n - 2, -1, -1):
         np.testing.assert_array_equal(gpu.cp.asnumpy(stack.pop()),
                                       np.full(MB // 4, k, np.float32))
@@ -179,20 +180,20 @@ def test_swapped_entries_come_back_ahead_of_their_pops(gpu):
 def test_the_same_buffer_pushed_twice_moves_once(gpu):
     gpu.configure(None, 0.0)
     gpu.swapper.reset()
-    a, b = G.GpuStackStore("a", True, gpu), G.GpuStackStore("b", True, gpu)
+    a, b = S.GpuStackStore("a", True, gpu), S.GpuStackStore("b", True, gpu)
     x = _fill(gpu, 7)
     out = gpu.stats["swap_outs"]
     gpu.configure(None, 1.0)                    # nothing owed while the pushes go on
     a.push(x)
     b.push(x)                                   # (c(t) of an LSTM is c_prev of t + 1)
     del x
-    for k in range(G.PUMP_BATCH):
+    for k in range(S.PUMP_BATCH):
         a.push(_fill(gpu, k))
     gpu.configure(None, 0.0)
     _settle(gpu.swapper)
     assert b.items[0] is a.items[0] and a.items[0].refs == 2
-    assert gpu.stats["swap_outs"] - out == 1 + G.PUMP_BATCH
-    for k in range(G.PUMP_BATCH - 1, -1, -1):
+    assert gpu.stats["swap_outs"] - out == 1 + S.PUMP_BATCH
+    for k in range(S.PUMP_BATCH - 1, -1, -1):
         a.pop()
     for s in (a, b):
         np.testing.assert_array_equal(gpu.cp.asnumpy(s.pop()), np.full(MB // 4, 7, np.float32))
@@ -202,7 +203,7 @@ def test_a_value_something_else_holds_stays_on_the_device(gpu):
     """A saved value another object holds (a variable's array, a TensorArray's element)
     would not free its memory by moving: it stays, and the next entries pay."""
     stack, held, kept = _pushed_and_settled(gpu, lambda k, x: x if k < 3 else None)
-    assert _states(stack) == [None] * 3 + [G._Rec.HOST] * 5, _why(gpu.swapper)
+    assert _states(stack) == [None] * 3 + [S._Rec.HOST] * 5, _why(gpu.swapper)
     assert gpu.stats["swap_kept"] - kept == 3
     for k in range(7, -1, -1):
         np.testing.assert_array_equal(gpu.cp.asnumpy(stack.pop()), np.full(MB // 4, k, np.float32))
@@ -216,17 +217,17 @@ def test_a_stack_of_values_held_elsewhere_is_passed_over(gpu):
     gpu.swapper.reset()
     sw = gpu.swapper
     kept = gpu.stats["swap_kept"]
-    weights, saved = G.GpuStackStore("w", True, gpu), G.GpuStackStore("s", True, gpu)
+    weights, saved = S.GpuStackStore("w", True, gpu), S.GpuStackStore("s", True, gpu)
     w = _fill(gpu, 9)                           # the variable holds it
-    n = 3 * G.HELD_RUN
+    n = 3 * S.HELD_RUN
     for k in range(n):
         weights.push(w)
         saved.push(_fill(gpu, k))
     gpu.configure(None, 0.0)
     _settle(sw)
     assert weights.held and _states(weights) == [None] * n
-    assert gpu.stats["swap_kept"] - kept == n - G.KEEP_NEWEST
-    assert _states(saved) == [G._Rec.HOST] * n, _why(sw)
+    assert gpu.stats["swap_kept"] - kept == n - S.KEEP_NEWEST
+    assert _states(saved) == [S._Rec.HOST] * n, _why(sw)
     for k in range(n - 1, -1, -1):
         np.testing.assert_array_equal(gpu.cp.asnumpy(saved.pop()), np.full(MB // 4, k, np.float32))
         assert weights.pop() is w
@@ -238,14 +239,14 @@ def test_the_newest_entries_held_elsewhere_are_looked_at_again(gpu):
     gpu.configure(None, 0.0)
     gpu.swapper.reset()
     sw = gpu.swapper
-    stack = G.GpuStackStore("s", True, gpu)
+    stack = S.GpuStackStore("s", True, gpu)
     x = _fill(gpu, 1)
     stack.push(x)                               # the loop's variable still holds it
     _settle(sw)
     assert _states(stack) == [None]
     del x
     _settle(sw)
-    assert _states(stack) == [G._Rec.HOST], _why(sw)
+    assert _states(stack) == [S._Rec.HOST], _why(sw)
     np.testing.assert_array_equal(gpu.cp.asnumpy(stack.pop()), np.full(MB // 4, 1, np.float32))
 
 
@@ -255,7 +256,7 @@ def test_swap_outs_wait_for_their_values_producers(gpu):
     gpu.configure(None, 1.0)
     gpu.swapper.reset()
     sw = gpu.swapper
-    stack = G.GpuStackStore("s", True, gpu)
+    stack = S.GpuStackStore("s", True, gpu)
     for k in range(4):
         stack.push(_fill(gpu, k))
     gpu.configure(None, 0.0)
@@ -264,7 +265,7 @@ def test_swap_outs_wait_for_their_values_producers(gpu):
     sw.pump(force=True)
     assert gpu.compute_marks == marks + 1
     _settle(sw)
-    assert _states(stack) == [G._Rec.HOST] * 4, _why(sw)
+    assert _states(stack) == [S._Rec.HOST] * 4, _why(sw)
     for k in range(3, -1, -1):
         np.testing.assert_array_equal(gpu.cp.asnumpy(stack.pop()), np.full(MB // 4, k, np.float32))
 
@@ -273,7 +274,7 @@ def test_throttling_moves_tracked_values_out_to_make_room(gpu):
     base = gpu.used_bytes()
     gpu.configure(base + 64 * MB, 0.9)
     gpu.swapper.reset()
-    stack = G.GpuStackStore("s", True, gpu)
+    stack = S.GpuStackStore("s", True, gpu)
     out = gpu.stats["swap_out_bytes"]
     for k in range(50):        # under the threshold (~58 MB)
         stack.push(_fill(gpu, k))
@@ -292,7 +293,7 @@ def test_throttling_moves_tracked_values_out_to_make_room(gpu):
 def test_a_dropped_stack_leaves_nothing_behind(gpu):
     gpu.configure(None, 0.0)
     gpu.swapper.reset()
-    stack = G.GpuStackStore("s", True, gpu)
+    stack = S.GpuStackStore("s", True, gpu)
     for k in range(10):
         stack.push(_fill(gpu, k))
     _settle(gpu.swapper)
@@ -308,7 +309,7 @@ def test_throttling_shows_in_the_trace(gpu):
     base = gpu.used_bytes()
     gpu.configure(base + 64 * MB, 0.9)
     gpu.swapper.reset()
-    stack = G.GpuStackStore("s", True, gpu)
+    stack = S.GpuStackStore("s", True, gpu)
     for k in range(50):
         stack.push(_fill(gpu, k))
     gpu.begin_trace()
@@ -330,17 +331,17 @@ def test_pops_of_values_that_stayed_bring_swapped_ones_back_ahead(gpu):
     gpu.configure(base + 64 * MB, 0.5)
     gpu.swapper.reset()
     sw = gpu.swapper
-    stack = G.GpuStackStore("s", True, gpu)
+    stack = S.GpuStackStore("s", True, gpu)
     for k in range(40):
         stack.push(_fill(gpu, k))
     _settle(sw)
     states = _states(stack)
-    last_out = max(i for i, s in enumerate(states) if s == G._Rec.HOST)
+    last_out = max(i for i, s in enumerate(states) if s == S._Rec.HOST)
     fetched = gpu.stats["swap_ins"]
     for k in range(39, last_out, -1):            # the plain values above the swapped ones
         stack.pop()
     assert gpu.stats["swap_ins"] > fetched       # prefetched before any swapped pop
-    assert _states(stack)[last_out] == G._Rec.IN
+    assert _states(stack)[last_out] == S._Rec.IN
     for k in range(last_out, -1, -1):
         np.testing.assert_array_equal(gpu.cp.asnumpy(stack.pop()),
                                       np.full(MB // 4, k, np.float32))
@@ -360,12 +361,12 @@ def test_pinned_blocks_go_back_to_the_device_and_are_reused(gpu, monkeypatch):
                         lambda n: made.append(n) or alloc(n))
 
     def step():
-        stack = G.GpuStackStore("s", True, gpu)
-        for k in range(2 * G.PUMP_BATCH):
+        stack = S.GpuStackStore("s", True, gpu)
+        for k in range(2 * S.PUMP_BATCH):
             stack.push(_fill(gpu, k))
         _settle(gpu.swapper)
         bases = {it.host_ptr for it in stack.items}
-        for k in range(2 * G.PUMP_BATCH - 1, -1, -1):
+        for k in range(2 * S.PUMP_BATCH - 1, -1, -1):
             np.testing.assert_array_equal(gpu.cp.asnumpy(stack.pop()),
                                           np.full(MB // 4, k, np.float32))
         del stack
@@ -374,7 +375,7 @@ def test_pinned_blocks_go_back_to_the_device_and_are_reused(gpu, monkeypatch):
         gpu.collect()
         return bases
 
-    n = 2 * G.PUMP_BATCH
+    n = 2 * S.PUMP_BATCH
     bases = step()
     assert len(bases) == n and len(made) == n                # a block per value
     idle = {p for lst in gpu._swap_blocks.values() for _, p in lst}
@@ -404,7 +405,7 @@ def test_a_buffer_a_live_view_keeps_stays_on_the_device(gpu):
     stack, views, kept = _pushed_and_settled(        # the odd values' last halves live on
         gpu, lambda k, x: x[MB // 4:] if k % 2 else None, 2 * MB)
     states = _states(stack)
-    assert states[0::2] == [G._Rec.HOST] * 4
+    assert states[0::2] == [S._Rec.HOST] * 4
     assert states[1::2] == [None] * 4          # stayed, as they were pushed
     assert gpu.stats["swap_kept"] - kept == 3  # (the newest is looked at again later)
     for k in range(7, -1, -1):
@@ -420,7 +421,7 @@ def test_saved_views_of_one_buffer_move_together(gpu):
     gpu.configure(None, 1.0)                    # nothing owed while the pushes go on
     gpu.swapper.reset()
     sw = gpu.swapper
-    stack = G.GpuStackStore("s", True, gpu)
+    stack = S.GpuStackStore("s", True, gpu)
     a = _fill(gpu, 1, 2 * MB)
     b = _fill(gpu, 2, 2 * MB)
     views = [a[:MB // 4], a[MB // 4:], b[:MB // 4], b[MB // 4:]]
@@ -431,7 +432,7 @@ def test_saved_views_of_one_buffer_move_together(gpu):
     del views, v
     gpu.configure(None, 0.0)
     _settle(sw)
-    assert _states(stack) == [G._Rec.HOST] * 2 + [None] * 2
+    assert _states(stack) == [S._Rec.HOST] * 2 + [None] * 2
     for k in (2, 2, 1, 1):
         np.testing.assert_array_equal(gpu.cp.asnumpy(stack.pop()),
                                       np.full(MB // 4, k, np.float32))
