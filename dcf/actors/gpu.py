@@ -44,7 +44,7 @@ from typing import Any, Callable
 import numpy as np
 
 from dcf import gpu_devices
-from dcf.actors.gpu_swap import _D2H, _H2D, _Swapper
+from dcf.actors.gpu_swap import _Swapper
 from dcf.errors import ResourceExhaustedError
 from dcf.ops import concat_slots
 from dcf.ops.gpu_raw import c_contiguous, row_stride
@@ -59,7 +59,7 @@ PINNED_STEP_MIN = 4 << 10     # pinned blocks come in sizes of at least this ste
 SWAP_BLOCKS_IDLE_MAX = 4 << 30  # idle pinned swap blocks kept per GPU at most (bytes)
 EVENT_POOL = 256              # events kept per GPU for reuse by record() (0: a new one each)
 
-_DEFAULT = 4                  # cudaMemcpyKind Default: by the pointers (unified addressing)
+_H2D, _D2H, _DEFAULT = 1, 2, 4    # cudaMemcpyKind (Default: by the pointers, unified addressing)
 _ACTIVE: list = [None, None]  # the GpuDevice whose device and stream are current, and
 _ident = threading.get_ident   # the thread it was made current in (cupy's state is per thread)
 
@@ -76,6 +76,7 @@ _IDLE_EVENT_REFS = _pool_refs()   # the references of an event only record()'s p
 class GpuDevice:
     """Streams, memory and the transfer machinery of one GPU (one per process)."""
 
+    H2D, D2H = _H2D, _D2H         # the kinds of copy_parts
     _instances: dict[int, GpuDevice] = {}
 
     @classmethod

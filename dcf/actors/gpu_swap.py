@@ -43,8 +43,6 @@ RELIEF_BYTES = 256 << 20      # what one throttling step moves out beyond what i
 USAGE_EVERY = 16              # swapper decisions re-read pool use this often
 KEEP_SHARED = True            # saved values whose memory other arrays hold are not moved
 
-_H2D, _D2H = 1, 2             # cudaMemcpyKind: host to device, device to host
-
 
 # ----------------------------------------------------------------- swapping
 class _Rec:
@@ -379,7 +377,7 @@ class _Swapper:
                 parts.append((rec.host_ptr, arr.data.ptr, rec.nbytes))
                 gpu.stats["swap_out_bytes"] += rec.nbytes
             gpu.stats["swap_outs"] += len(recs)
-            ev = gpu.copy_parts(parts, s, "swap out", _D2H)
+            ev = gpu.copy_parts(parts, s, "swap out", gpu.D2H)
             self.owed -= paid         # (a large value may pay ahead)
             self.out_bytes += paid
             for rec in recs:
@@ -462,7 +460,7 @@ class _Swapper:
             s = gpu.h2d
             gpu._copy_stream_after_compute(s)
             rec.ev_in = gpu.copy_parts([(dst.data.ptr, rec.host_ptr, rec.nbytes)], s,
-                                       "swap in", _H2D)
+                                       "swap in", gpu.H2D)
         else:
             batch.append(rec)
             rec.ahead = True
@@ -520,7 +518,7 @@ class _Swapper:
             s = gpu.h2d
             gpu._copy_stream_after_compute(s)
             ev = gpu.copy_parts([(r.dev.data.ptr, r.host_ptr, r.nbytes) for r in batch], s,
-                                "swap in", _H2D)
+                                "swap in", gpu.H2D)
             for rec in batch:
                 rec.ev_in = ev
 
