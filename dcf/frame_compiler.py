@@ -332,8 +332,12 @@ class _Codegen:
             raise _NotCompilable(f"frame {f.name} has no NextIteration here")
         alive = " or ".join(f"n{n.id} is not DEAD" for n, _ in nexts)
         all_alive = " and ".join(f"n{n.id} is not DEAD" for n, _ in nexts)
-        self.emit(b, f"if not ({alive}): break")
-        if len(nexts) > 1:
+        guard = self.nexts_guard(nexts)
+        if guard:        # every one live exactly where `guard` holds: no per-value tests
+            self.emit(b, f"if not ({self.lit_expr(guard)}): break")
+        else:
+            self.emit(b, f"if not ({alive}): break")
+        if len(nexts) > 1 and not guard:
             self.emit(b, f"if not ({all_alive}): raise _err('loop frame {f.name}: some loop "
                          "variables ended while others continued')")
         for n, m in nexts:
@@ -376,6 +380,17 @@ class _Codegen:
         for x in f.exits:
             self.mayd[(x.id, 0)] = entry_dead  # a live loop always ends with live exits
         return f.exits
+
+    def nexts_guard(self, nexts: list) -> tuple | None:
+        """The guard every NextIteration's value has, where it is one and the same
+        non-empty conjunction and no control input can kill one of them; else None."""
+        gs = set()
+        for n, _ in nexts:
+            if self.controls(n):
+                return None
+            gs.add(self.gget(*self.inputs(n)[0]))
+        g = gs.pop() if len(gs) == 1 else None
+        return g or None
 
     def stack_gpus(self, f: FrameInfo) -> tuple[list, bool]:
         """The GPUs whose saved-value stacks nodes of `f` itself push (swap_memory) or
@@ -537,6 +552,12 @@ class _Codegen:
                 plan.append(self.analyze_frame(item, pos))
                 continue
             n = item
+            if n.kind == Kind.EXIT and not self.controls(n):
+                src, k = self.inputs(n)[0]
+                g = self.gget(src, k)
+                if g is not None:    # live exactly where g holds: capture it there
+                    plan.append(("exit", n, g))
+                    continue
             if n.kind in (Kind.NEXT_ITERATION, Kind.EXIT):
                 src, k = self.inputs(n)[0]
                 self.rt_read(src, k)
@@ -703,6 +724,11 @@ class _Codegen:
             if what == "rtframe":
                 self.goto(stack, (), d)
                 self.child_block(n, d)
+                continue
+            if what == "exit":
+                self.goto(stack, info, d)
+                src, k = self.inputs(n)[0]
+                self.emit(d + len(stack), f"if x{n.id} is DEAD: x{n.id} = {self.kval(src, k)}")
                 continue
             if what == "frame":
                 self.goto(stack, info, d)

@@ -192,6 +192,43 @@ def test_loop_entered_from_values_with_different_guards(compiled, run_graph):
         run_graph(out, {p: False}, config=compiled)
 
 
+
+@pytest.mark.parametrize("n", [0, 1, 7])
+def test_loop_ending_on_its_predicate_exits_with_the_last_values(n, compiled, run_graph):
+    """Every loop variable (one of them a cond's merge in the body) lives exactly while
+    the predicate holds: the loop ends on the predicate alone and its Exits capture the
+    values of the iteration that tests false (none run: the entry values)."""
+    k = dcf.placeholder(dcf.int32, ())
+    x0 = dcf.placeholder(dcf.float32, (3,))
+
+    def body(i, x, s):
+        y = dcf.cond(dcf.equal(i % 2, 0), lambda: x * 2.0, lambda: x - 1.0)
+        return i + 1, y, s + dcf.reduce_sum(y)
+
+    i, x, s = dcf.while_loop(lambda i, x, s: i < k, body, (0, x0, 0.0))
+    xv = np.array([1.0, -2.0, 0.5], np.float32)
+    want_x, want_s = xv.copy(), np.float32(0.0)
+    for j in range(n):
+        want_x = want_x * np.float32(2.0) if j % 2 == 0 else want_x - np.float32(1.0)
+        want_s = want_s + want_x.sum(dtype=np.float32)
+    got = run_graph([i, x, s], {k: n, x0: xv}, config=compiled)
+    assert got[0] == n
+    np.testing.assert_array_equal(got[1], want_x)
+    assert got[2] == pytest.approx(want_s, rel=1e-6)
+
+
+def test_nested_loops_ending_on_their_predicates(compiled, run_graph):
+    """An inner loop whose Exits feed the outer loop's next values, both ending on
+    their predicates: sum over i < 4 of sum over j < i of (i * j)."""
+
+    def outer(i, acc):
+        _, inner = dcf.while_loop(lambda j, a: j < i, lambda j, a: (j + 1, a + i * j),
+                                  (0, acc))
+        return i + 1, inner
+
+    _, out = dcf.while_loop(lambda i, a: i < 4, outer, (0, 0))
+    assert run_graph(out, config=compiled) == sum(i * j for i in range(4) for j in range(i))
+
 # ------------------------------------------------------------------ O(1) and code shape
 def _lines_executed(fn) -> int:
     count = 0
@@ -269,3 +306,20 @@ def test_a_loop_body_keeps_no_arrays_alive_after_the_loop(compiled, run_graph):
     checked = dcf.reshape(dcf.py_func(check, [out], dcf.float32), [])
     assert run_graph(checked, config=compiled) == pytest.approx(6000.0)
     assert len(refs) == 4 and seen == [[True] * 4]
+
+
+def test_a_loop_ending_on_its_predicate_tests_it_alone(sources):
+    """The loop's end is one test of its predicate (not one per loop variable), and its
+    Exits are captured under the predicate's false side (no per-value DEAD tests)."""
+    k = dcf.placeholder(dcf.int32, ())
+    i, x, y = dcf.while_loop(lambda i, x, y: i < k, lambda i, x, y: (i + 1, x * 2.0, y + x),
+                             (0, 1.0, 0.0))
+    with dcf.Session() as sess:
+        assert sess.run([i, x, y], {k: 5}) == [5, 32.0, 31.0]
+    src = sources[-1]
+    loop = src[src.index("while True:"):]
+    assert "is not DEAD or" not in loop and "ended while others continued" not in loop
+    assert any(line.strip().startswith("if not (v") and line.strip().endswith("): break")
+               for line in loop.splitlines())
+    captures = [line for line in loop.splitlines() if line.strip().startswith("if x")]
+    assert len(captures) == 3 and not any("is not DEAD" in line for line in captures)
