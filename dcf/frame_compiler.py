@@ -164,6 +164,8 @@ class _Codegen:
         self._pos = 0
         self.esc_val: set[tuple] = set()              # known values run-time readers read
         self.esc_flag: set[int] = set()               # known nodes whose dead flag is read
+        self.next_expr: dict[int, str] = {}           # NextIteration -> its value's variable
+        self.stack_flag: dict[tuple, str] = {}        # (handle variable, on a GPU) -> flag
 
     def plan_fusion(self, f: FrameInfo) -> None:
         gpu_of = self.cf.plan.gpu_of
@@ -292,6 +294,7 @@ class _Codegen:
             expr = enter_expr[e.id]
             if e.is_constant:
                 self.emit(d, f"v{e.id}_0 = {expr}")
+                self.stack_flags(e, d)
                 self.mayd[(e.id, 0)] = entry_dead
                 self.vguard[(e.id, 0)] = None if entry_dead else ()
                 self.node_dead[e.id] = f"(v{e.id}_0 is DEAD)" if entry_dead else None
@@ -327,21 +330,24 @@ class _Codegen:
                     n is m and k == 1 for n, k in self.cf.plan.fetch_refs):
                 self.emit(b, f"v{m.id}_1 = _I1 if {itv} else _I0")   # value_index, if read
         nexts: list[tuple[NodeInfo, NodeInfo]] = []
-        self.scope(self.order(f, loop_merges), b, itv, nexts)
+        guard = self.scope(self.order(f, loop_merges), b, itv, nexts)
         if not nexts:
             raise _NotCompilable(f"frame {f.name} has no NextIteration here")
-        alive = " or ".join(f"n{n.id} is not DEAD" for n, _ in nexts)
-        all_alive = " and ".join(f"n{n.id} is not DEAD" for n, _ in nexts)
-        guard = self.nexts_guard(nexts)
-        if guard:        # every one live exactly where `guard` holds: no per-value tests
+        if guard:
+            # every NextIteration value is live exactly where `guard` holds (the loop's
+            # predicate): the loop ends where it fails, and goes on with those values
             self.emit(b, f"if not ({self.lit_expr(guard)}): break")
+            for n, m in nexts:
+                self.emit(b, f"m{m.id} = {self.next_expr[n.id]}")
         else:
+            alive = " or ".join(f"n{n.id} is not DEAD" for n, _ in nexts)
+            all_alive = " and ".join(f"n{n.id} is not DEAD" for n, _ in nexts)
             self.emit(b, f"if not ({alive}): break")
-        if len(nexts) > 1 and not guard:
-            self.emit(b, f"if not ({all_alive}): raise _err('loop frame {f.name}: some loop "
-                         "variables ended while others continued')")
-        for n, m in nexts:
-            self.emit(b, f"m{m.id} = n{n.id}")
+            if len(nexts) > 1:
+                self.emit(b, f"if not ({all_alive}): raise _err('loop frame {f.name}: some "
+                             "loop variables ended while others continued')")
+            for n, m in nexts:
+                self.emit(b, f"m{m.id} = n{n.id}")
         self.emit(b, f"{itv} += 1")
         if gpus:
             # An event per GPU every `stride` iterations (an event costs the host about
@@ -380,17 +386,6 @@ class _Codegen:
         for x in f.exits:
             self.mayd[(x.id, 0)] = entry_dead  # a live loop always ends with live exits
         return f.exits
-
-    def nexts_guard(self, nexts: list) -> tuple | None:
-        """The guard every NextIteration's value has, where it is one and the same
-        non-empty conjunction and no control input can kill one of them; else None."""
-        gs = set()
-        for n, _ in nexts:
-            if self.controls(n):
-                return None
-            gs.add(self.gget(*self.inputs(n)[0]))
-        g = gs.pop() if len(gs) == 1 else None
-        return g or None
 
     def stack_gpus(self, f: FrameInfo) -> tuple[list, bool]:
         """The GPUs whose saved-value stacks nodes of `f` itself push (swap_memory) or
@@ -546,17 +541,22 @@ class _Codegen:
         """Pass 1 over one scope: decide each item's mode ('known' with a guard, or
         'rt'), set guards, and mark the values run-time readers need."""
         plan: list = []
+        known_nexts: list = []      # plan indices of NextIterations with a known guard
         for item in items:
             pos = self._pos = self._pos + 1
             if isinstance(item, FrameInfo):
                 plan.append(self.analyze_frame(item, pos))
                 continue
             n = item
-            if n.kind == Kind.EXIT and not self.controls(n):
+            if n.kind in (Kind.EXIT, Kind.NEXT_ITERATION) and not self.controls(n):
                 src, k = self.inputs(n)[0]
                 g = self.gget(src, k)
-                if g is not None:    # live exactly where g holds: capture it there
-                    plan.append(("exit", n, g))
+                if g is not None:    # live exactly where g holds
+                    if n.kind == Kind.NEXT_ITERATION:
+                        known_nexts.append(len(plan))
+                        plan.append(("next", n, g))
+                    else:
+                        plan.append(("exit", n, g))    # captured there
                     continue
             if n.kind in (Kind.NEXT_ITERATION, Kind.EXIT):
                 src, k = self.inputs(n)[0]
@@ -607,6 +607,11 @@ class _Codegen:
                 g = self.union(*gs, *cgs)
                 self.set_known(n, g, n.n_out)
                 self.pos[n.id] = pos
+                if n.type == "Const" and not ins and grp is None and n.n_out == 1:
+                    # hoisted: readers read the value itself, no line per iteration
+                    self.env[f"_C{n.id}"] = n.fn()
+                    self.alias[(n.id, 0)] = f"_C{n.id}"
+                    self.alias_src[(n.id, 0)] = (n.id, 0)
                 if n.type in _ALIAS and n.n_out == 1 and grp is None and \
                         self.cf.plan.xp is np and n.id not in self.cf.plan.gpu_of:
                     src, k = ins[0]
@@ -639,7 +644,17 @@ class _Codegen:
                     self.mayd[(n.id, k)] = md
                 self.node_dead[n.id] = f"d{n.id}" if md else None
             plan.append(("rt", n, None))
-        return plan
+        guards = {plan[i][2] for i in known_nexts}
+        next_guard = guards.pop() if len(guards) == 1 and \
+            len(known_nexts) == sum(1 for it in items if not isinstance(it, FrameInfo) and
+                                    it.kind == Kind.NEXT_ITERATION) else None
+        if not next_guard:           # () or mixed: the run-time tests of next_iteration()
+            next_guard = None
+            for i in known_nexts:
+                n = plan[i][1]
+                self.rt_read(*self.inputs(n)[0])
+                plan[i] = ("rt", n, None)
+        return plan, next_guard
 
     def analyze_frame(self, g: FrameInfo, pos: int) -> tuple:
         enters = [n for n in self.cf.plan.nodes if n.kind == Kind.ENTER and n.child is g]
@@ -699,9 +714,10 @@ class _Codegen:
         return tuple(sorted(terms[0])) if len(terms) == 1 else None
 
     def scope(self, items: list, d: int, itv: str, nexts: list | None,
-              reads: list = ()) -> None:
-        """Emit one scope (the root, or one iteration of a loop frame) at depth d."""
-        plan = self.analyze(items, nexts)
+              reads: list = ()) -> tuple | None:
+        """Emit one scope (the root, or one iteration of a loop frame) at depth d; return
+        the guard every NextIteration value shares, where that decides the loop's end."""
+        plan, next_guard = self.analyze(items, nexts)
         # In a loop body every value a block defines is reset in its else, so that
         # (as when every op was run dead) no iteration keeps an earlier one's arrays
         # alive; in the root the run's end frees them.
@@ -709,8 +725,17 @@ class _Codegen:
         for src, k in reads:
             self.rt_read(src, k)
         stack: list = []     # open blocks: [literal, escapes, first line]
+        captures: list = []  # Exits with known guards: captured after the body
         for what, n, info in plan:
             if what == "skip":
+                continue
+            if what == "exit":
+                captures.append((n, info))
+                continue
+            if what == "next":   # the loop's end reads its value (frame_loop)
+                src, k = self.inputs(n)[0]
+                self.next_expr[n.id] = self.kval(src, k)
+                nexts.append((n, next(dst for edges in n.outs for dst, _, _ in edges)))
                 continue
             if what == "rt":
                 self.goto(stack, (), d)
@@ -724,11 +749,6 @@ class _Codegen:
             if what == "rtframe":
                 self.goto(stack, (), d)
                 self.child_block(n, d)
-                continue
-            if what == "exit":
-                self.goto(stack, info, d)
-                src, k = self.inputs(n)[0]
-                self.emit(d + len(stack), f"if x{n.id} is DEAD: x{n.id} = {self.kval(src, k)}")
                 continue
             if what == "frame":
                 self.goto(stack, info, d)
@@ -770,7 +790,12 @@ class _Codegen:
             else:
                 self.known_kernel(n, e, itv)
             self.defined(stack, e, n, range(n.n_out if what == "kernel" else 2), full)
+        for n, g in captures:   # (nothing in the iteration reads an Exit's variable)
+            self.goto(stack, g, d)
+            src, k = self.inputs(n)[0]
+            self.emit(d + len(stack), f"if x{n.id} is DEAD: x{n.id} = {self.kval(src, k)}")
         self.goto(stack, (), d)
+        return next_guard
 
     def defined(self, stack: list, e: int, n: NodeInfo, ks: Any, full: bool) -> None:
         """Record the values node n defined inside the open blocks that run-time
@@ -883,7 +908,10 @@ class _Codegen:
             self.env["_NPA"] = np.ndarray
             if n.type in _ALIAS:
                 return f"({args[0]} if type({args[0]}) is not _NPA else f{n.id}({args[0]}))"
-            test = " and ".join(f"type({a}) in _HS" for a in args)
+            test = " and ".join(f"type({a}) in _HS" for a in args
+                                if type(self.env.get(a)) not in _HOST_SCALARS)  # hoisted
+            if not test:
+                return _INLINE[n.type].format(*args)
             return f"({_INLINE[n.type].format(*args)} if {test} else f{n.id}({', '.join(args)}))"
         if grp is not None:
             from dcf.fusion.elementwise import FusedElementwise
@@ -904,28 +932,45 @@ class _Codegen:
 
         return InPlaceElementwise(self.cf.plan.gpu_of[n.id], n, j)
 
+    def stack_flags(self, e: NodeInfo, d: int) -> None:
+        """For a loop constant that is the handle of stack pushes or pops in the loop:
+        test once, before the loop, whether it is a stack whose pushes and pops stack_op
+        may inline (a loop constant never changes)."""
+        on = {dst.id in self.cf.plan.gpu_of for edges in e.outs for dst, slot, _ in edges
+              if dst.type in ("StackPushV2", "StackPopV2") and slot == dst.in_base}
+        for gpu in on:
+            var = f"v{e.id}_0"
+            flag = f"_sk{e.id}" + ("g" if gpu else "")
+            self.emit(d, f"{flag} = {self.is_stack(var, gpu)}")
+            self.stack_flag[var, gpu] = flag
+
+    def is_stack(self, h: str, gpu: bool) -> str:
+        """The test that `h` is a stack whose pushes and pops are a list's."""
+        self.env["_SS"] = StackStore
+        if not gpu:
+            return f"type({h}) is _SS"
+        # a GPU's stack, plain or swapping: its pushes and pops are a list's too (the
+        # swapper acts on the loop's ticks, see frame_loop); an entry moved to the host
+        # (a record) or a host array is popped by the kernel
+        from dcf.actors.gpu_swap import GpuStackStore, _Rec
+        self.env["_GSS"] = GpuStackStore
+        self.env["_HELD"] = (np.ndarray, _Rec)
+        return f"(type({h}) is _SS or type({h}) is _GSS)"
+
     def stack_op(self, n: NodeInfo, args: list) -> str:
         """A push or pop of a gradient stack, inline for a plain StackStore (a list's
         append or pop, where the bound kernel costs a call or two more); the kernel for
         anything else: a GPU stack that may swap, an empty stack's error, a host value
         popped on a GPU (uploaded)."""
         self.env[f"f{n.id}"] = n.fn
-        self.env["_SS"] = StackStore
         h = args[0]
-        is_stack = f"type({h}) is _SS"
-        if n.id in self.cf.plan.gpu_of:
-            # a GPU's stack, plain or swapping: its pushes and pops are a list's too (the
-            # swapper acts on the loop's ticks, see frame_loop); an entry moved to the
-            # host (a record) or a host array is popped by the kernel
-            from dcf.actors.gpu_swap import GpuStackStore, _Rec
-            self.env["_GSS"] = GpuStackStore
-            self.env["_HELD"] = (np.ndarray, _Rec)
-            is_stack = f"(type({h}) is _SS or type({h}) is _GSS)"
+        gpu = n.id in self.cf.plan.gpu_of
+        is_stack = self.stack_flag.get((h, gpu)) or self.is_stack(h, gpu)
         if n.type == "StackPushV2":
             v = args[1]
             return f"({v} if {is_stack} and not {h}.items.append({v}) else f{n.id}({h}, {v}))"
         test = f"{is_stack} and {h}.items"
-        if n.id in self.cf.plan.gpu_of:
+        if gpu:
             test += f" and type({h}.items[-1]) not in _HELD"
         return f"({h}.items.pop() if {test} else f{n.id}({h}))"
 

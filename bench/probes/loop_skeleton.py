@@ -81,11 +81,12 @@ def main() -> None:
     fs = frames(sys.argv[1])
     fwd_src = fs["rnn/while"]
     bwd_src = fs["gradients/rnn/while_grad"]
-    # the predicate: v{a} = ((v{m} < v{c}) ...) in the forward, (v{m} > v{c}) in the backward
-    fm, fc = re.search(r"\(\(v(\d+)_0 < v(\d+)_0\)", fwd_src).groups()
-    bm, bc = re.search(r"\(\(v(\d+)_0 > v(\d+)_0\)", bwd_src).groups()
-    def const_of(src, v):
-        return re.search(rf"v{v}_0 = (_C\d+)", src).group(1)
+    # the predicate: v{a} = ((v{m} < C) ...) in the forward, (v{m} > C) in the backward,
+    # C the bound's variable (v{c}_0 = _C{k}) or, since session 17, the hoisted _C{k}
+    fm, fc = re.search(r"\(\(v(\d+)_0 < (v\d+_0|_C\d+)\)", fwd_src).groups()
+    bm, bc = re.search(r"\(\(v(\d+)_0 > (v\d+_0|_C\d+)\)", bwd_src).groups()
+    def const_of(src, ref):
+        return ref if ref.startswith("_C") else re.search(rf"{ref} = (_C\d+)", src).group(1)
 
     def slot_of(src, m):
         return int(re.search(rf"m{m} = _enter\[(\d+)\]", src).group(1))
@@ -103,7 +104,7 @@ def main() -> None:
         for v, s in zip(pushes, stacks):
             ef[enter_slot(fwd_src, v)] = s
         # any other counter the forward keeps (the gradient's) starts at 0 too
-        for m in re.findall(r"v(\d+)_0 \+ v\d+_0\) if type", fwd_src):
+        for m in re.findall(r"v(\d+)_0 \+ (?:v\d+_0|_C\d+)\) if type", fwd_src):
             mm = re.search(rf"v{m}_0 = \(v(\d+)_0 if", fwd_src)
             if mm and re.search(rf"m{mm.group(1)} = _enter", fwd_src):
                 ef[slot_of(fwd_src, mm.group(1))] = 0

@@ -261,7 +261,9 @@ def test_untaken_branch_costs_the_same_whatever_its_size(sources):
             assert sess.run(out, {p: True, x: 2.0}) == pytest.approx(_chain_np(2.0, n))
             counts[n] = _lines_executed(lambda: sess.run(out, {p: False, x: 2.0}))
             taken = _lines_executed(lambda: sess.run(out, {p: True, x: 2.0}))
-        assert taken > counts[n] + 2 * n
+        # the taken side runs the chain's 2n ops (a Mul and an Add each, constants
+        # hoisted) where the untaken one ran one Sub
+        assert taken >= counts[n] + 2 * n - 1
     assert counts[5] == counts[60] > 0
     src = sources[-1]
     assert "is DEAD" not in src, "a plain cond needs no run-time tests for DEAD"
@@ -309,8 +311,9 @@ def test_a_loop_body_keeps_no_arrays_alive_after_the_loop(compiled, run_graph):
 
 
 def test_a_loop_ending_on_its_predicate_tests_it_alone(sources):
-    """The loop's end is one test of its predicate (not one per loop variable), and its
-    Exits are captured under the predicate's false side (no per-value DEAD tests)."""
+    """The loop's end is one test of its predicate (not one per loop variable), its Exits
+    are captured under the predicate's false side (no per-value DEAD tests), and it goes
+    on with the values themselves (no per-variable copies)."""
     k = dcf.placeholder(dcf.int32, ())
     i, x, y = dcf.while_loop(lambda i, x, y: i < k, lambda i, x, y: (i + 1, x * 2.0, y + x),
                              (0, 1.0, 0.0))
@@ -323,3 +326,6 @@ def test_a_loop_ending_on_its_predicate_tests_it_alone(sources):
                for line in loop.splitlines())
     captures = [line for line in loop.splitlines() if line.strip().startswith("if x")]
     assert len(captures) == 3 and not any("is not DEAD" in line for line in captures)
+    # the body's constants are read where they are used, not assigned each iteration
+    assert "_C" in loop and not any(line.strip().split(" = ")[-1].startswith("_C")
+                                    for line in loop.splitlines())
