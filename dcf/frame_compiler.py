@@ -319,6 +319,7 @@ class _Codegen:
             self.emit(d, f"_gq{itv} = _deque()")
         self.emit(d, "while True:")
         b = d + 1
+        copies = []
         for m in loop_merges:
             self.mayd[(m.id, 0)] = entry_dead
             self.mayd[(m.id, 1)] = False
@@ -326,17 +327,28 @@ class _Codegen:
             self.vguard[(m.id, 1)] = ()
             self.node_dead[m.id] = f"(v{m.id}_0 is DEAD)" if entry_dead else None
             self.emit(b, f"v{m.id}_0 = m{m.id}")
+            if not entry_dead:       # readers that run where it is live read m{id} itself
+                self.alias[(m.id, 0)] = f"m{m.id}"
+                self.alias_src[(m.id, 0)] = (m.id, 0)
+                copies.append((len(self.lines) - 1, m))
             if (len(m.outs) > 1 and m.outs[1]) or any(
                     n is m and k == 1 for n, k in self.cf.plan.fetch_refs):
                 self.emit(b, f"v{m.id}_1 = _I1 if {itv} else _I0")   # value_index, if read
         nexts: list[tuple[NodeInfo, NodeInfo]] = []
-        guard = self.scope(self.order(f, loop_merges), b, itv, nexts)
+        guard, last = self.scope(self.order(f, loop_merges), b, itv, nexts)
+        for idx, m in copies:
+            if (m.id, 0) not in self.esc_val:
+                self.lines[idx] = ""     # no run-time reader needs the copy
         if not nexts:
             raise _NotCompilable(f"frame {f.name} has no NextIteration here")
         if guard:
             # every NextIteration value is live exactly where `guard` holds (the loop's
-            # predicate): the loop ends where it fails, and goes on with those values
-            self.emit(b, f"if not ({self.lit_expr(guard)}): break")
+            # predicate): the loop ends where it fails (capturing the Exits live there),
+            # and goes on with those values
+            self.emit(b, f"if not ({self.lit_expr(guard)}):")
+            for line in last:
+                self.emit(b + 1, line)
+            self.emit(b + 1, "break")
             for n, m in nexts:
                 self.emit(b, f"m{m.id} = {self.next_expr[n.id]}")
         else:
@@ -714,9 +726,10 @@ class _Codegen:
         return tuple(sorted(terms[0])) if len(terms) == 1 else None
 
     def scope(self, items: list, d: int, itv: str, nexts: list | None,
-              reads: list = ()) -> tuple | None:
+              reads: list = ()) -> tuple:
         """Emit one scope (the root, or one iteration of a loop frame) at depth d; return
-        the guard every NextIteration value shares, where that decides the loop's end."""
+        the guard every NextIteration value shares, where that decides the loop's end,
+        and the Exit captures for the loop's end to make (lines), where it makes them."""
         plan, next_guard = self.analyze(items, nexts)
         # In a loop body every value a block defines is reset in its else, so that
         # (as when every op was run dead) no iteration keeps an earlier one's arrays
@@ -790,12 +803,18 @@ class _Codegen:
             else:
                 self.known_kernel(n, e, itv)
             self.defined(stack, e, n, range(n.n_out if what == "kernel" else 2), full)
-        for n, g in captures:   # (nothing in the iteration reads an Exit's variable)
+        last = [f"if x{n.id} is DEAD: x{n.id} = {self.kval(*self.inputs(n)[0])}"
+                for n, _ in captures]  # (nothing in the iteration reads an Exit's variable)
+        if next_guard is not None and len(next_guard) == 1 and all(
+                g == ((next_guard[0][0], next_guard[0][1], not next_guard[0][2]),)
+                for _, g in captures):
+            self.goto(stack, (), d)
+            return next_guard, last     # live where the loop ends: captured there
+        for (n, g), line in zip(captures, last):
             self.goto(stack, g, d)
-            src, k = self.inputs(n)[0]
-            self.emit(d + len(stack), f"if x{n.id} is DEAD: x{n.id} = {self.kval(src, k)}")
+            self.emit(d + len(stack), line)
         self.goto(stack, (), d)
-        return next_guard
+        return next_guard, []
 
     def defined(self, stack: list, e: int, n: NodeInfo, ks: Any, full: bool) -> None:
         """Record the values node n defined inside the open blocks that run-time

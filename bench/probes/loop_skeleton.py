@@ -81,10 +81,11 @@ def main() -> None:
     fs = frames(sys.argv[1])
     fwd_src = fs["rnn/while"]
     bwd_src = fs["gradients/rnn/while_grad"]
-    # the predicate: v{a} = ((v{m} < C) ...) in the forward, (v{m} > C) in the backward,
-    # C the bound's variable (v{c}_0 = _C{k}) or, since session 17, the hoisted _C{k}
-    fm, fc = re.search(r"\(\(v(\d+)_0 < (v\d+_0|_C\d+)\)", fwd_src).groups()
-    bm, bc = re.search(r"\(\(v(\d+)_0 > (v\d+_0|_C\d+)\)", bwd_src).groups()
+    # the predicate: v{a} = ((M < C) ...) in the forward, (M > C) in the backward, M the
+    # counter's merge (v{m}_0, a copy of m{m}, or since session 17 m{m} itself), C the
+    # bound's variable (v{c}_0 = _C{k}) or, since session 17, the hoisted _C{k}
+    fm, fc = re.search(r"\(\([vm](\d+)(?:_0)? < (v\d+_0|_C\d+)\)", fwd_src).groups()
+    bm, bc = re.search(r"\(\([vm](\d+)(?:_0)? > (v\d+_0|_C\d+)\)", bwd_src).groups()
     def const_of(src, ref):
         return ref if ref.startswith("_C") else re.search(rf"{ref} = (_C\d+)", src).group(1)
 
@@ -105,7 +106,7 @@ def main() -> None:
             ef[enter_slot(fwd_src, v)] = s
         # any other counter the forward keeps (the gradient's) starts at 0 too
         for m in re.findall(r"v(\d+)_0 \+ (?:v\d+_0|_C\d+)\) if type", fwd_src):
-            mm = re.search(rf"v{m}_0 = \(v(\d+)_0 if", fwd_src)
+            mm = re.search(rf"v{m}_0 = \([vm](\d+)(?:_0)? if", fwd_src)
             if mm and re.search(rf"m{mm.group(1)} = _enter", fwd_src):
                 ef[slot_of(fwd_src, mm.group(1))] = 0
         tf = drive(fwd, ef)
