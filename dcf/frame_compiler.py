@@ -349,8 +349,9 @@ class _Codegen:
             for line in last:
                 self.emit(b + 1, line)
             self.emit(b + 1, "break")
-            for n, m in nexts:
-                self.emit(b, f"m{m.id} = {self.next_expr[n.id]}")
+            # at once: a value may be another loop variable's (x, y -> y, x)
+            self.emit(b, ", ".join(f"m{m.id}" for _, m in nexts) + " = " +
+                      ", ".join(self.next_expr[n.id] for n, _ in nexts))
         else:
             alive = " or ".join(f"n{n.id} is not DEAD" for n, _ in nexts)
             all_alive = " and ".join(f"n{n.id} is not DEAD" for n, _ in nexts)

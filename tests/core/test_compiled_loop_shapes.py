@@ -3,7 +3,8 @@ compiler ends a loop on its predicate and captures its Exits under it only where
 guards prove every loop variable live exactly while the predicate holds
 (bench/NOTES.md, "loop_rate, session 17"); anything else keeps the run-time tests. Here
 loops of one to four variables, each passed through, updated, chosen by a cond, summed
-by an inner loop or replaced by an outer value, for 0-4 iterations, with any subset
+by an inner loop, replaced by an outer value or by the next variable's value (the
+variables rotate: all must move at once), for 0-4 iterations, with any subset
 fetched, must give the executor's values (which never uses the compiler)."""
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 import dcf
 
 F64 = dcf.float64
-KINDS = ("pass", "affine", "cond", "inner", "outer")
+KINDS = ("pass", "affine", "cond", "inner", "outer", "rotate")
 
 
 def _build(kinds: list[str], fetch: list[bool]):
@@ -23,7 +24,9 @@ def _build(kinds: list[str], fetch: list[bool]):
     x0 = dcf.placeholder(F64, (), name="x0")
     outer = dcf.constant(0.5, F64) * x0
 
-    def update(kind: str, i, v):
+    def update(kind: str, i, v, w):
+        if kind == "rotate":    # the next variable's value of this iteration
+            return w
         if kind == "pass":
             return v
         if kind == "affine":
@@ -37,7 +40,8 @@ def _build(kinds: list[str], fetch: list[bool]):
         return outer             # a value from outside the loop
 
     def body(i, *vs):
-        return (i + 1,) + tuple(update(k, i, v) for k, v in zip(kinds, vs))
+        return (i + 1,) + tuple(update(k, i, v, vs[(j + 1) % len(vs)])
+                                for j, (k, v) in enumerate(zip(kinds, vs)))
 
     init = tuple(x0 + float(k) for k in range(len(kinds)))
     outs = dcf.while_loop(lambda i, *vs: i < n, body, (0,) + init)

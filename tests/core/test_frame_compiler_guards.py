@@ -218,6 +218,21 @@ def test_loop_ending_on_its_predicate_exits_with_the_last_values(n, compiled, ru
     assert got[2] == pytest.approx(want_s, rel=1e-6)
 
 
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3])
+def test_loop_variables_that_trade_values_move_at_once(n, compiled, run_graph):
+    """(x, y) -> (y, x) and (a, b, c) -> (b, c, a): each loop variable takes another's
+    value of the same iteration, so all of them move at once."""
+    k = dcf.placeholder(dcf.int32, ())
+    _, x, y = dcf.while_loop(lambda i, x, y: i < k, lambda i, x, y: (i + 1, y, x),
+                             (0, 1.0, 2.0))
+    _, a, b, c = dcf.while_loop(lambda i, a, b, c: i < k, lambda i, a, b, c: (i + 1, b, c, a),
+                                (0, 1.0, 2.0, 3.0))
+    got = run_graph([x, y, a, b, c], {k: n}, config=compiled)
+    xy, abc = [1.0, 2.0], [1.0, 2.0, 3.0]
+    want = xy[n % 2:] + xy[:n % 2] + abc[n % 3:] + abc[:n % 3]
+    assert [float(v) for v in got] == want
+
 def test_nested_loops_ending_on_their_predicates(compiled, run_graph):
     """An inner loop whose Exits feed the outer loop's next values, both ending on
     their predicates: sum over i < 4 of sum over j < i of (i * j)."""
