@@ -38,7 +38,7 @@ import numpy as np
 
 from dcf.actors.device_actor import DeviceActor
 from dcf.actors.gpu import GpuDevice
-from dcf.actors.gpu_actor import end_fetches, start_fetches
+from dcf.actors.gpu_actor import end_fetches, fetch_results, start_fetches
 from dcf.device import DeviceSpec
 from dcf.errors import ResourceExhaustedError
 from dcf.executor import Executor
@@ -188,10 +188,7 @@ class FusedActor(DeviceActor):
                 if isinstance(e, ResourceExhaustedError):
                     raise
                 raise ResourceExhaustedError(f"out of GPU memory in a transfer: {e}") from None
-            pending = start_fetches(ex.results)
-            for _, _, ev, owner in pending:
-                await owner.wait(ev)
-            end_fetches(ex.results, pending)
+            await fetch_results(ex.results)
             self._collect()
             return ex
         finally:

@@ -336,10 +336,7 @@ class GpuActor(DeviceActor):
                     raise
                 raise ResourceExhaustedError(gpu._oom_text("a transfer", e)) from None
             await view.drain()
-            pending = start_fetches(ex.results)
-            for _, _, ev, owner in pending:
-                await owner.wait(ev)
-            end_fetches(ex.results, pending)
+            await fetch_results(ex.results)
             gpu.collect()
             gpu.drop_landing()
         finally:
@@ -372,6 +369,15 @@ def end_fetches(results: list, pending: list) -> None:
     for k, host, _, _ in pending:
         if not host.ndim:
             results[k] = host[()]
+
+
+async def fetch_results(results: list) -> None:
+    """A run's device `results` replaced by host values, waiting for their copies
+    without blocking the event loop (start_fetches, then end_fetches)."""
+    pending = start_fetches(results)
+    for _, _, ev, owner in pending:
+        await owner.wait(ev)
+    end_fetches(results, pending)
 
 
 def _where(key: tuple) -> tuple:

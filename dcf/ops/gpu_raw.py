@@ -49,8 +49,7 @@ def row_stride(a: Any) -> int | None:
 
 _THREADS = 256
 _MAX_BLOCKS = 1 << 16
-_BLOCK = (_THREADS,)
-BLOCK = _BLOCK
+BLOCK = (_THREADS,)
 _CTYPE = {"f": "float", "d": "double"}
 
 
@@ -96,7 +95,7 @@ class RawLoop:
     @staticmethod
     def launch(k: Any, n: int, args: tuple) -> None:
         """Run kernel `k` over i < n (n > 0) with `args`, n appended."""
-        k((min((n + _THREADS - 1) // _THREADS, _MAX_BLOCKS),), _BLOCK, args + (np.int64(n),))
+        k((min((n + _THREADS - 1) // _THREADS, _MAX_BLOCKS),), BLOCK, args + (np.int64(n),))
 
     @staticmethod
     def grid(n: int) -> tuple:
