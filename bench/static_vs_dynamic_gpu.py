@@ -139,7 +139,10 @@ def main(args: Any) -> None:
     budget = int(args.gpu_budget_gib * 2**30)
     config: dict[str, Any] = {"device": "/gpu:0", "card": G.card_name(0), "date": G.today(),
                               "quick": args.quick}
-    results, ratios, facts = time_part(args.quick, 512, 512, 2 if args.quick else 6)
+    # 16 rounds: the device hosts have slow phases of a few steps (a step 30-60 % longer,
+    # bench/NOTES.md "GPU, session 16"); with 6 rounds one such phase moved the paired
+    # median by several per cent ("GPU, session 18")
+    results, ratios, facts = time_part(args.quick, 512, 512, 2 if args.quick else 16)
     config["time"] = facts
     if not args.skip_memory:
         r2, q2, f2 = memory_part(args.quick, budget)

@@ -29,10 +29,15 @@ from dcf.token import DEAD
 
 __all__ = ["compile_frames", "CompiledFrame"]
 
-_YIELD_S = 0.002
+# A compiled frame hands the event loop back at least this often: Python's own thread
+# switch interval (sys.getswitchinterval(), 5 ms), the latency a thread of this process
+# would see anyway. Each hand-back costs ~10 us (bench/NOTES.md, "GPU, session 18").
+_YIELD_S = 0.005
 # A loop on GPUs records an event per GPU this many times per parallel_iterations
-# window (every max(1, pi // MARKS_PER_WINDOW) iterations) to bound the work in flight.
-MARKS_PER_WINDOW = 4
+# window (every max(1, pi // MARKS_PER_WINDOW) iterations) to bound the work in flight:
+# at most pi iterations, and at least pi - pi // MARKS_PER_WINDOW + 1. An event costs the
+# host ~5 us, about a launch (bench/NOTES.md, "GPU, sessions 17-18").
+MARKS_PER_WINDOW = 2
 
 # Kernels that are one Python operator (see the op tables in ops/math_ops.py and
 # ops/control_ops.py) are emitted inline: same semantics, no call.

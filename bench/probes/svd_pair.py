@@ -1,8 +1,10 @@
 """static_vs_dynamic's LSTM step on /gpu:0 at given batches, dynamic and static interleaved in one process:
 ms per step and the paired ratio: `python -m bench.probes.svd_pair LABEL 64,512 [MODE]`.
 MODE changes the compiled loops for this process: `nomark` (no GPU marks bounding the work in
-flight), `markN` (N marks per parallel_iterations window; default 4), `noyield` (no deadline
-yields) -- what each costs the dynamic step (bench/NOTES.md, "GPU, session 17")."""
+flight), `markN` (N marks per parallel_iterations window; default 2, 4 before session 18),
+`noyield` (no deadline yields), `yieldMS` (a yield every MS ms; default 5, 2 before session
+18), `s17` (session 17's settings: 4 marks, 2 ms) -- what each costs the dynamic step
+(bench/NOTES.md, "GPU, sessions 17-18")."""
 import sys, time, gc, statistics
 import dcf.frame_compiler as fc
 mode = sys.argv[3] if len(sys.argv) > 3 else "base"
@@ -12,6 +14,10 @@ elif mode.startswith("mark"):
     fc.MARKS_PER_WINDOW = int(mode[4:])
 elif mode == "noyield":
     fc._YIELD_S = 1e9
+elif mode.startswith("yield"):      # yieldMS: hand the event loop back every MS ms
+    fc._YIELD_S = float(mode[5:]) / 1e3
+elif mode == "s17":                 # session 17's settings: 4 marks a window, 2 ms
+    fc.MARKS_PER_WINDOW, fc._YIELD_S = 4, 0.002
 from bench.static_vs_dynamic_gpu import GpuLstm
 from bench.lstm_swap import _input
 from bench import gpu_common as G

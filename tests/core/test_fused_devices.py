@@ -80,10 +80,11 @@ def test_gpus_and_cpu_in_one_loop_with_a_gpu_value_read_on_the_host(fake_gpus):
             assert all((f is not None) == fuse for f in _fused_plans(sess))
 
 
-@pytest.mark.parametrize("pi", [1, 2, 5])
+@pytest.mark.parametrize("pi", [1, 2, 5, 8])
 def test_parallel_iterations_bounds_the_gpu_iterations_in_flight(fake_gpus, monkeypatch, pi):
-    """The compiled loop waits for iteration t - pi's GPU events before it goes on, and
-    for no later one."""
+    """The compiled loop waits for the GPU events of the mark a window back (pi
+    iterations, or the most whole strides of marks in pi) before it goes on, and for no
+    later one."""
     from dcf import frame_compiler
 
     log: list[tuple[int, int]] = []    # (iteration waited for, iterations marked by then)
@@ -115,10 +116,12 @@ def test_parallel_iterations_bounds_the_gpu_iterations_in_flight(fake_gpus, monk
     g, out, want = _chain_graph(["/gpu:0", "/gpu:1"], n, pi=pi)
     with dcf.Session(graph=g) as sess:
         np.testing.assert_allclose(sess.run(out), want, rtol=1e-5)
-    assert marks[0] == n              # one mark per iteration that ran the body
+    stride = max(1, pi // frame_compiler.MARKS_PER_WINDOW)   # iterations per mark
+    window = pi // stride                                      # marks per window
+    assert marks[0] == n // stride    # one mark per `stride` iterations that ran the body
     assert log, "the loop never waited"
     for waited, marked in log:
-        assert marked - waited == pi - 1 or (pi == 1 and marked == waited)
+        assert marked - waited == window - 1 or (window == 1 and marked == waited)
 
 
 class _EmulatedElementwiseKernel:
