@@ -630,8 +630,10 @@ class _Codegen:
                     self.env[f"_C{n.id}"] = n.fn()
                     self.alias[(n.id, 0)] = f"_C{n.id}"
                     self.alias_src[(n.id, 0)] = (n.id, 0)
-                if n.type in _ALIAS and n.n_out == 1 and grp is None and \
-                        self.cf.plan.xp is np and n.id not in self.cf.plan.gpu_of:
+                if grp is None and n.n_out == 1 and (
+                        n.type in _ALIAS and self.cf.plan.xp is np and
+                        n.id not in self.cf.plan.gpu_of or
+                        n.type == "_ToDevice" and _only_predicate(n)):
                     src, k = ins[0]
                     self.alias[(n.id, 0)] = self.kval(src, k)
                     self.alias_src[(n.id, 0)] = self.alias_src.get((src.id, k), (src.id, k))
@@ -1175,6 +1177,14 @@ def _marker(gpus: list) -> Any:
             evs.append(g.record(g.compute))
         return evs
     return mark
+
+
+def _only_predicate(n: NodeInfo) -> bool:
+    """Whether n's one output is read only as the predicate of Switches: a Switch uses
+    only its predicate's truth, which a copy to another GPU keeps, so such a copy may
+    read as its source (and the Switches share the source's guard)."""
+    return bool(n.outs and n.outs[0]) and not n.fetch and not n.ctrl_outs and all(
+        dst.kind == Kind.SWITCH and slot == dst.in_base + 1 for dst, slot, _ in n.outs[0])
 
 
 def _contradicts(g: tuple) -> bool:

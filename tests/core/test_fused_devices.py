@@ -80,6 +80,66 @@ def test_gpus_and_cpu_in_one_loop_with_a_gpu_value_read_on_the_host(fake_gpus):
             assert all((f is not None) == fuse for f in _fused_plans(sess))
 
 
+@pytest.mark.parametrize("pred_on", ["/cpu:0", "/gpu:0"])
+@pytest.mark.parametrize("n", [0, 1, 7])
+def test_gpu_copies_of_a_predicate_share_its_guard(fake_gpus, monkeypatch, n, pred_on):
+    """A loop over two GPUs whose predicate is computed on the host or on one GPU: the
+    GPUs' copies of the predicate, read only by Switches (which use only its truth, the
+    same in every copy), are the predicate itself to the frame compiler, so the loop
+    ends on `if not (pred)` and moves its variables in one assignment (no per-variable
+    DEAD tests); a cond on a GPU inside the body still takes the right branch. Values
+    for 0, 1 and 7 iterations."""
+    from dcf import frame_compiler as fc
+
+    srcs: list = []
+    orig = fc._Codegen.build_root
+
+    def build_root(self):
+        fn = orig(self)
+        srcs.append("\n".join(self.lines))
+        return fn
+
+    monkeypatch.setattr(fc._Codegen, "build_root", build_root)
+    rng = np.random.default_rng(3)
+    W = rng.standard_normal((4, 4)).astype(np.float32) / 2
+    x0 = rng.standard_normal((3, 4)).astype(np.float32)
+    g = dcf.Graph()
+    with g.as_default():
+        def body(i, x, s):
+            with dcf.device("/gpu:0"):
+                x = dcf.tanh(dcf.matmul(x, dcf.constant(W)))
+            with dcf.device("/gpu:1"):
+                x = dcf.cond(dcf.equal(i % 2.0, 0.0), lambda: x * 2.0, lambda: x - 1.0)
+                s = s + dcf.reduce_sum(x)
+            return i + 1, x, s
+
+        with dcf.device("/gpu:0"):     # the loop variables' machinery on the GPUs
+            x_init = dcf.constant(x0)
+        with dcf.device("/gpu:1"):
+            s_init = dcf.constant(np.zeros((), np.float32))
+        with dcf.device(pred_on):      # the counter and the predicate
+            i_init = dcf.constant(np.float32(0))
+
+        def cond(i, x, s):
+            with dcf.device(pred_on):
+                return i < float(n)
+
+        _, out, tot = dcf.while_loop(cond, body, (i_init, x_init, s_init))
+    want, want_s = x0.astype(np.float64), 0.0
+    for i in range(n):
+        want = np.tanh(want @ W)
+        want = want * 2.0 if i % 2 == 0 else want - 1.0
+        want_s += want.sum()
+    with dcf.Session(graph=g) as sess:
+        got, got_s = sess.run([out, tot])
+        assert all(f is not None for f in _fused_plans(sess))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert got_s == pytest.approx(want_s, rel=1e-5, abs=1e-5)
+    src = "\n".join(srcs)
+    assert re.search(r"^ +if not \(v\d+_0\):$", src, re.M), src     # ends on the predicate
+    assert "some loop variables ended" not in src and "is not DEAD" not in src, src
+
+
 @pytest.mark.parametrize("pi", [1, 2, 5, 8])
 def test_parallel_iterations_bounds_the_gpu_iterations_in_flight(fake_gpus, monkeypatch, pi):
     """The compiled loop waits for the GPU events of the mark a window back (pi
