@@ -4,10 +4,12 @@ rotating order round after round, so that a host's slow phases hit every model a
 Prints, per batch, each model's median ms per step and the median over rounds of each
 dynamic model's time over the static one's of the same round (and over the first mode's).
 
-    python -m bench.probes.svd_modes 64,128 ROUNDS [--block K] MODE [MODE ...]
+    python -m bench.probes.svd_modes 64,128 ROUNDS [--block K] [--gc] MODE [MODE ...]
 
 With --block K each model runs K steps in a row per turn (its median is the turn's time:
 each model in the steady state of running alone, the blocks rotating as the steps do).
+With --gc every timed step follows a full garbage collection (as the bench script's do);
+without, the collector is off for all the rounds.
 
 MODE: `base` (the current settings), `s17` (session 17's: 4 marks a window, a yield every
 2 ms), `markN` (N marks a window), `yieldMS` (a yield every MS ms), `nomark`, `noyield`,
@@ -49,9 +51,11 @@ def main() -> None:
     batches = [int(b) for b in sys.argv[1].split(",")]
     rounds = int(sys.argv[2])
     args = sys.argv[3:]
-    block = 1
+    block, collect = 1, False
     if args[:1] == ["--block"]:
         block, args = int(args[1]), args[2:]
+    if args[:1] == ["--gc"]:
+        collect, args = True, args[1:]
     modes = args or ["base"]
     for b in batches:
         xv = _input(200, b, 512, False)
@@ -73,13 +77,15 @@ def main() -> None:
             for k in orders[r % len(orders)]:
                 turn = []
                 for _ in range(block):
+                    if collect:
+                        gc.collect()
                     t0 = time.perf_counter()
                     models[k].step(xv)
                     turn.append(1e3 * (time.perf_counter() - t0))
                 t[k].append(statistics.median(turn))
         gc.enable()
         med = {k: statistics.median(v) for k, v in t.items()}
-        line = [f"b{b}{'' if block == 1 else f' blocks of {block}'}: static {med['static']:.2f} ms"]
+        line = [f"b{b}{'' if block == 1 else f' blocks of {block}'}{' gc' if collect else ''}: static {med['static']:.2f} ms"]
         for m in modes:
             over_s = statistics.median(d / s for d, s in zip(t[m], t["static"]))
             part = f"{m} {med[m]:.2f} ms, /static {over_s:.3f}"

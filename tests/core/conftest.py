@@ -31,3 +31,20 @@ def fake_gpus():
         gpu_mod.GpuDevice._instances.clear()
         gpu_mod.GpuDevice._instances.update(saved)
         gpu_mod._ACTIVE[:] = [None, None]
+
+
+@pytest.fixture
+def sources(monkeypatch):
+    """The generated source of every compiled root built while the test runs."""
+    import dcf.frame_compiler as fc
+
+    out: list[str] = []
+    orig = fc._Codegen.build_root
+
+    def build_root(self):
+        fn = orig(self)
+        out.append("\n".join(self.lines))
+        return fn
+
+    monkeypatch.setattr(fc._Codegen, "build_root", build_root)
+    return out

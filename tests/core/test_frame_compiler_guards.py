@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 
 import dcf
-import dcf.frame_compiler as fc
 from dcf.errors import InvalidArgumentError
 from dcf.ops.control_ops import merge, switch
 
@@ -27,21 +26,6 @@ def _counter(calls: list, tag: str):
         return x
 
     return lambda x: dcf.reshape(dcf.py_func(fn, [x], dcf.float32, name=f"c_{tag}"), [])
-
-
-@pytest.fixture
-def sources(monkeypatch):
-    """The generated source of every compiled root built while the test runs."""
-    out: list[str] = []
-    orig = fc._Codegen.build_root
-
-    def build_root(self):
-        fn = orig(self)
-        out.append("\n".join(self.lines))
-        return fn
-
-    monkeypatch.setattr(fc._Codegen, "build_root", build_root)
-    return out
 
 
 def _chain(x, n):

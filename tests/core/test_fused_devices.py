@@ -82,24 +82,13 @@ def test_gpus_and_cpu_in_one_loop_with_a_gpu_value_read_on_the_host(fake_gpus):
 
 @pytest.mark.parametrize("pred_on", ["/cpu:0", "/gpu:0"])
 @pytest.mark.parametrize("n", [0, 1, 7])
-def test_gpu_copies_of_a_predicate_share_its_guard(fake_gpus, monkeypatch, n, pred_on):
+def test_gpu_copies_of_a_predicate_share_its_guard(fake_gpus, sources, n, pred_on):
     """A loop over two GPUs whose predicate is computed on the host or on one GPU: the
     GPUs' copies of the predicate, read only by Switches (which use only its truth, the
     same in every copy), are the predicate itself to the frame compiler, so the loop
     ends on `if not (pred)` and moves its variables in one assignment (no per-variable
     DEAD tests); a cond on a GPU inside the body still takes the right branch. Values
     for 0, 1 and 7 iterations."""
-    from dcf import frame_compiler as fc
-
-    srcs: list = []
-    orig = fc._Codegen.build_root
-
-    def build_root(self):
-        fn = orig(self)
-        srcs.append("\n".join(self.lines))
-        return fn
-
-    monkeypatch.setattr(fc._Codegen, "build_root", build_root)
     rng = np.random.default_rng(3)
     W = rng.standard_normal((4, 4)).astype(np.float32) / 2
     x0 = rng.standard_normal((3, 4)).astype(np.float32)
@@ -135,7 +124,7 @@ def test_gpu_copies_of_a_predicate_share_its_guard(fake_gpus, monkeypatch, n, pr
         assert all(f is not None for f in _fused_plans(sess))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     assert got_s == pytest.approx(want_s, rel=1e-5, abs=1e-5)
-    src = "\n".join(srcs)
+    src = "\n".join(sources)
     assert re.search(r"^ +if not \(v\d+_0\):$", src, re.M), src     # ends on the predicate
     assert "some loop variables ended" not in src and "is not DEAD" not in src, src
 
