@@ -29,10 +29,10 @@ from dcf.token import DEAD
 
 __all__ = ["compile_frames", "CompiledFrame"]
 
-# A compiled frame hands the event loop back at least this often: Python's own thread
-# switch interval (sys.getswitchinterval(), 5 ms), the latency a thread of this process
-# would see anyway. Each hand-back costs ~10 us (bench/NOTES.md, "GPU, session 18").
-_YIELD_S = 0.005
+# A compiled frame hands the event loop back at least this often. Each hand-back costs
+# ~10 us; 5 ms (Python's thread switch interval) saved ~0.3 % of a host-bound GPU loop but
+# slowed a service's /health answers from ~11 to ~17 ms (bench/NOTES.md, "GPU, session 18").
+_YIELD_S = 0.002
 # A loop on GPUs records an event per GPU this many times per parallel_iterations
 # window (every max(1, pi // MARKS_PER_WINDOW) iterations) to bound the work in flight:
 # at most pi iterations, and at least pi - pi // MARKS_PER_WINDOW + 1. An event costs the

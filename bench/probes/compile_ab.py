@@ -5,9 +5,10 @@ paired ratios (bench/NOTES.md, "GPU, session 18").
 
     python -m bench.probes.compile_ab KIND ROUNDS        # KIND as in spy_workload: chain2_32, mp2_32
 
-Session 17's settings: four GPU marks per parallel_iterations window, a yield every 2 ms,
-and no GPU copy of a loop predicate read as the predicate itself (each variable of a
-loop over several devices tested for DEAD every iteration)."""
+Session 17's settings: four GPU marks per parallel_iterations window, a yield every 2 ms
+(the current one too; session 18's calls ran with 5 ms), and no GPU copy of a loop
+predicate read as the predicate itself (each variable of a loop over several devices
+tested for DEAD every iteration)."""
 import gc
 import statistics
 import sys

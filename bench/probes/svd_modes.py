@@ -12,7 +12,7 @@ With --gc every timed step follows a full garbage collection (as the bench scrip
 without, the collector is off for all the rounds.
 
 MODE: `base` (the current settings), `s17` (session 17's: 4 marks a window, a yield every
-2 ms), `markN` (N marks a window), `yieldMS` (a yield every MS ms), `nomark`, `noyield`,
+2 ms; during session 18's calls the current settings yielded every 5 ms), `markN` (N marks a window), `yieldMS` (a yield every MS ms), `nomark`, `noyield`,
 or several joined by `+` (bench/NOTES.md, "GPU, session 18")."""
 import gc
 import itertools

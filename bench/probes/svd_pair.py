@@ -2,8 +2,8 @@
 ms per step and the paired ratio: `python -m bench.probes.svd_pair LABEL 64,512 [MODE]`.
 MODE changes the compiled loops for this process: `nomark` (no GPU marks bounding the work in
 flight), `markN` (N marks per parallel_iterations window; default 2, 4 before session 18),
-`noyield` (no deadline yields), `yieldMS` (a yield every MS ms; default 5, 2 before session
-18), `s17` (session 17's settings: 4 marks, 2 ms) -- what each costs the dynamic step
+`noyield` (no deadline yields), `yieldMS` (a yield every MS ms; default 2), `s17` (session
+17's settings: 4 marks, 2 ms) -- what each costs the dynamic step
 (bench/NOTES.md, "GPU, sessions 17-18")."""
 import sys, time, gc, statistics
 import dcf.frame_compiler as fc
