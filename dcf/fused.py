@@ -38,9 +38,8 @@ import numpy as np
 
 from dcf.actors.device_actor import DeviceActor
 from dcf.actors.gpu import GpuDevice
-from dcf.actors.gpu_actor import end_fetches, fetch_results, start_fetches
+from dcf.actors.gpu_actor import end_fetches, fetch_results, start_fetches, transfer_oom
 from dcf.device import DeviceSpec
-from dcf.errors import ResourceExhaustedError
 from dcf.executor import Executor
 from dcf.graph import Operation, Tensor
 from dcf.ops.registry import Kind
@@ -147,6 +146,11 @@ def _to_host_fn(what: str) -> Callable[[Any], tuple]:
     return to_host
 
 
+def _transfer_text(e: MemoryError) -> str:
+    # several GPUs: no one device's memory to describe
+    return f"out of GPU memory in a transfer: {e}"
+
+
 class FusedActor(DeviceActor):
     """Runs a session's fused plans: the GPUs' per-run settings before, fetched device
     arrays to the host after."""
@@ -182,12 +186,8 @@ class FusedActor(DeviceActor):
                        **kw: Any) -> Executor:
         self.begin()
         try:
-            try:
+            with transfer_oom(_transfer_text):
                 ex = await super().run_step(plan, feeds, step, rendezvous, **kw)
-            except MemoryError as e:        # an allocation outside any kernel (a copy)
-                if isinstance(e, ResourceExhaustedError):
-                    raise
-                raise ResourceExhaustedError(f"out of GPU memory in a transfer: {e}") from None
             await fetch_results(ex.results)
             self._collect()
             return ex
@@ -207,20 +207,18 @@ class FusedActor(DeviceActor):
         gen = plan.compiled_root.start(feeds)
         waited, n_waits, clock = 0.0, 0, time.perf_counter
         try:
-            while True:
-                ev = next(gen)
-                if ev is not None:
-                    t0 = clock()
-                    ev.synchronize()
-                    waited += clock() - t0
-                    n_waits += 1
-                check()
-        except StopIteration as stop:
-            results = list(stop.value)
-        except MemoryError as e:
-            if isinstance(e, ResourceExhaustedError):
-                raise
-            raise ResourceExhaustedError(f"out of GPU memory in a transfer: {e}") from None
+            with transfer_oom(_transfer_text):
+                try:
+                    while True:
+                        ev = next(gen)
+                        if ev is not None:
+                            t0 = clock()
+                            ev.synchronize()
+                            waited += clock() - t0
+                            n_waits += 1
+                        check()
+                except StopIteration as stop:
+                    results = list(stop.value)
         finally:
             gen.close()
             self.host_waits = (n_waits, waited)   # GPU events the host waited for, seconds

@@ -18,10 +18,11 @@ Where values live on a GPU actor:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -329,12 +330,8 @@ class GpuActor(DeviceActor):
         feeds = [gpu.import_value(v, f"feed {k}") for k, v in enumerate(feeds)]
         view = _GpuRendezvous(rendezvous, gpu, self._peer_edges(plan))
         try:
-            try:
+            with transfer_oom(lambda e: gpu._oom_text("a transfer", e)):
                 ex = await super().run_step(plan, feeds, step, view, **kw)
-            except MemoryError as e:        # an allocation outside any kernel (a copy)
-                if isinstance(e, ResourceExhaustedError):
-                    raise
-                raise ResourceExhaustedError(gpu._oom_text("a transfer", e)) from None
             await view.drain()
             await fetch_results(ex.results)
             gpu.collect()
@@ -369,6 +366,18 @@ def end_fetches(results: list, pending: list) -> None:
     for k, host, _, _ in pending:
         if not host.ndim:
             results[k] = host[()]
+
+
+@contextlib.contextmanager
+def transfer_oom(text: Callable[[MemoryError], str]) -> Iterator[None]:
+    """Around a step: a MemoryError from outside any kernel (an allocation for a copy;
+    kernels map their own) becomes ResourceExhaustedError(text(e))."""
+    try:
+        yield
+    except MemoryError as e:
+        if isinstance(e, ResourceExhaustedError):
+            raise
+        raise ResourceExhaustedError(text(e)) from None
 
 
 async def fetch_results(results: list) -> None:

@@ -286,3 +286,45 @@ def test_a_loop_over_two_gpus_switches_device_once_per_gpu_and_iteration(fake_gp
     np.testing.assert_allclose(got_a, wa, rtol=1e-5)
     np.testing.assert_allclose(got_b, wb, rtol=1e-5)
     assert switches[0] <= 2 * n + 4, switches[0]
+
+
+@pytest.mark.parametrize("path", ["fused", "fused-async", "per-device"])
+def test_out_of_memory_outside_any_kernel_is_resource_exhausted(fake_gpus, monkeypatch, path):
+    """An allocation outside any kernel (kernels map their own) that fails -- an event
+    of a fused loop's in-flight marks, a host value's copy arriving at a GPU partition
+    -- fails the run with ResourceExhaustedError saying so, on each path a GPU step
+    takes: the fused program run inline or from an event loop, a GPU partition's actor."""
+    import asyncio
+
+    from dcf import frame_compiler
+    from dcf.actors.gpu import GpuDevice
+
+    def no_room(*a, **k):
+        raise MemoryError("no room")
+
+    g = dcf.Graph()
+    with g.as_default():
+        if path == "per-device":
+            monkeypatch.setattr(GpuDevice, "import_value", no_room)
+            x = dcf.constant(np.ones(4, np.float32))      # on the host: a copy to the GPU
+            with dcf.device("/gpu:0"):
+                y = x * 2.0
+            want = r"^out of memory on .* computing a transfer: no room$"
+        else:
+            monkeypatch.setattr(frame_compiler, "_marker", lambda gpus: no_room)
+            with dcf.device("/gpu:0"):
+                x0 = dcf.constant(np.ones(4, np.float32))
+            _, y = dcf.while_loop(lambda i, x: i < 8, lambda i, x: (i + 1, x * 2.0), (0, x0),
+                                  parallel_iterations=2)
+            want = r"^out of GPU memory in a transfer: no room$"
+    config = dcf.SessionConfig(fuse_devices=path != "per-device")
+    if path == "fused-async":
+        async def run():
+            async with dcf.AsyncSession(g, config=config) as sess:
+                return await sess.run(y)
+        with pytest.raises(dcf.errors.ResourceExhaustedError, match=want):
+            asyncio.run(run())
+    else:
+        with dcf.Session(graph=g, config=config) as sess:
+            with pytest.raises(dcf.errors.ResourceExhaustedError, match=want):
+                sess.run(y)
