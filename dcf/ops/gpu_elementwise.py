@@ -112,9 +112,8 @@ class RawElementwise:
                 self._launches.clear()
             self._launches[key] = n
             return None
-        layout = "a" * self.n_in if j < 0 else "a" * j + "o" + "a" * (self.n_in - j - 1)
-        ks = self._sized[key] = (self._loops[(char, layout)].kernel(self.cp, char, size=size),
-                                 RawLoop.grid(size))
+        loop = self._loops[(char, self._plain(j))]
+        ks = self._sized[key] = (loop.kernel(self.cp, char, size=size), RawLoop.grid(size))
         self._launches.pop(key, None)
         return ks
 
@@ -210,12 +209,17 @@ class RawElementwise:
                 self.available = False
                 return None
             self._kernels[key] = k
-            if key[1] == "a" * self.n_in:
+            if key[1] == self._plain(-1):
                 self._same[key[0]] = k
-            elif into is not None and key[1] == "a" * into + "o" + "a" * (self.n_in - into - 1):
+            elif into is not None and key[1] == self._plain(into):
                 self._same_into[(key[0], into)] = k
         return self._launch(k, out_shape, dt, size, params,
                             None if into is None else args[into])
+
+    def _plain(self, j: int) -> str:
+        """The layout of C-contiguous arguments alike the result: all "a", or (j >= 0)
+        with in{j} read from the output it is written over ("o")."""
+        return "a" * self.n_in if j < 0 else "a" * j + "o" + "a" * (self.n_in - j - 1)
 
     def _compile(self, char: str, layout: str) -> Any:
         ps, loads = [], []
