@@ -146,14 +146,22 @@ def _writable(handle) -> Any:
 #     var <- var - (lr_t * m) / (sqrt(v) + epsilon)
 # lr_t (the bias-corrected rate, a scalar of var's dtype) is an input. Each constant
 # is rounded to var's dtype from the Python float, as the graph's constants were.
-def _adam_update(xp, beta1, beta2, epsilon, dtype):
+# On a CPU the moments' subnormal elements are set to zero every FLUSH_EVERY updates of
+# the op (see _flush_subnormals).
+FLUSH_EVERY = 8
+
+
+def _adam_update(xp, beta1, beta2, epsilon, dtype, flush_every=None):
     t = np.dtype(dtype.np).type
+    flush_every = flush_every or FLUSH_EVERY
     b1, c1, b2, c2, eps = (t(beta1), t(1.0 - beta1), t(beta2), t(1.0 - beta2),
                            t(epsilon))
     multiply, add, sqrt = xp.multiply, xp.add, xp.sqrt
     flush = _flush_subnormals(t) if xp is np else None
+    updates = 0
 
     def apply_adam(var_h, m_h, v_h, lr, grad):
+        nonlocal updates
         for h in (var_h, m_h, v_h):
             if h.value is None:
                 raise _uninitialized(h)
@@ -169,11 +177,13 @@ def _adam_update(xp, beta1, beta2, epsilon, dtype):
             var_h.value = new
             return new
         # (_writable runs while this frame holds no reference to the buffer it checks)
+        updates += 1
+        flushing = flush is not None and not updates % flush_every
         buf = _writable(m_h)
         m_new = multiply(m_h.value if buf is None else buf, b1, out=buf)
         tmp = multiply(grad, c1)
         add(m_new, tmp, out=m_new)
-        if flush:
+        if flushing:
             flush(m_new, tmp)
         m_h.value = m_new
         buf = _writable(v_h)
@@ -181,7 +191,7 @@ def _adam_update(xp, beta1, beta2, epsilon, dtype):
         multiply(grad, grad, out=tmp)
         multiply(tmp, c2, out=tmp)
         add(v_new, tmp, out=v_new)
-        if flush:
+        if flushing:
             flush(v_new, tmp)
         v_h.value = v_new
         multiply(lr, m_new, out=tmp)
@@ -204,7 +214,11 @@ def _flush_subnormals(t: Any) -> Any:
     ~15 to ~40 us after a few thousand steps (bench/NOTES.md, "dqn, session 15").
     TensorFlow runs its CPU kernels with subnormals flushed to zero (FTZ/DAZ); numpy
     cannot set that mode, so the moments are flushed here: the same bits as before
-    for every element at or above the dtype's smallest normal number."""
+    for every element at or above the dtype's smallest normal number. Every
+    FLUSH_EVERY-th update (a flush is 3 passes over each moment, ~5 us of DQN's ~30 us
+    update): an element that enters the subnormal range stays there for at most
+    FLUSH_EVERY - 1 updates, so few are ever subnormal at once (bench/NOTES.md, "dqn,
+    session 19")."""
     tiny = t(np.finfo(t).tiny)
 
     def flush(x: Any, scratch: Any) -> None:
@@ -215,7 +229,8 @@ def _flush_subnormals(t: Any) -> Any:
 
 
 def _apply_adam_kernel(xp, var_h, m_h, v_h, lr, grad, *, beta1, beta2, epsilon, dtype):
-    return _adam_update(xp, beta1, beta2, epsilon, dtype)(var_h, m_h, v_h, lr, grad)
+    # unbound, the kernel keeps no count of its updates: it flushes at every one
+    return _adam_update(xp, beta1, beta2, epsilon, dtype, 1)(var_h, m_h, v_h, lr, grad)
 
 
 _apply_adam_kernel.bind = _adam_update  # type: ignore[attr-defined]

@@ -217,36 +217,44 @@ def test_apply_adam_is_the_old_graph_bit_for_bit(dt, shape):
 
 @pytest.mark.parametrize("dt", [np.float32, np.float64])
 def test_apply_adam_flushes_subnormal_moments_to_zero(dt):
-    """A moment that decays into the subnormal range becomes 0 (TF's CPU kernels run with
-    subnormals flushed to zero; on a CPU every operation on a subnormal is slow); every
-    element at or above the smallest normal number is what the update computes
-    without the flush, bit for bit."""
+    """Every FLUSH_EVERY-th update, a moment's subnormal elements become 0 (TF's CPU
+    kernels run with subnormals flushed to zero; on a CPU every operation on a subnormal
+    is slow); the updates between are the update's own float operations bit for bit, and
+    every element at or above the smallest normal number always is."""
+    from dcf.ops.state_ops import FLUSH_EVERY
+
     tiny = np.finfo(dt).tiny
     b1, b2 = 0.8, 0.99
-    m0 = np.array([0.5 * tiny, 1.05 * tiny, 1.0, -3 * tiny, 0.0, -0.9 * tiny], dt)
-    v0 = np.array([0.9 * tiny, 2 * tiny, 1e-3, 1.001 * tiny, 0.0, 4.0], dt)
-    grad = np.zeros(6, dt)
+    m0 = np.array([0.5 * tiny, 1.05 * tiny, 1.0, -3 * tiny, 0.0, -0.9 * tiny, -2.0], dt)
+    v0 = np.array([0.9 * tiny, 2 * tiny, 1e-3, 1.001 * tiny, 0.0, 4.0, 3 * tiny], dt)
+    grad = np.zeros(7, dt)
     g = dcf.Graph()
     with g.as_default():
-        var = dcf.Variable(np.ones(6, dt), name="w")
+        var = dcf.Variable(np.ones(7, dt), name="w")
         opt = dcf.train.AdamOptimizer(0.01, beta1=b1, beta2=b2, epsilon=1e-7)
         upd = opt.apply_gradients([(dcf.constant(grad), var)])
         m, v = opt._slots[var]
         set_moments = dcf.group(m.assign(m0), v.assign(v0))
         reads = [m.read_value(), v.read_value()]
         ini = dcf.global_variables_initializer()
+    assert FLUSH_EVERY > 1
     with dcf.Session(g) as s:
         s.run(ini)
         s.run(set_moments)
-        s.run(upd)
-        got_m, got_v = (np.array(r) for r in s.run(reads))
-    raw_m = m0 * dt(b1) + grad * dt(1.0 - b1)          # the update's own float operations
-    raw_v = v0 * dt(b2) + (grad * grad) * dt(1.0 - b2)
-    for got, raw in ((got_m, raw_m), (got_v, raw_v)):
-        sub = (raw != 0) & (np.abs(raw) < tiny)
-        assert sub.any() and (~sub).any()
-        assert np.all(got[sub] == 0)
-        assert got[~sub].tobytes() == raw[~sub].tobytes()
+        raw_m, raw_v = m0, v0
+        for k in range(1, FLUSH_EVERY + 1):
+            s.run(upd)
+            got_m, got_v = (np.array(r) for r in s.run(reads))
+            raw_m = raw_m * dt(b1) + grad * dt(1.0 - b1)   # the update's own float operations
+            raw_v = raw_v * dt(b2) + (grad * grad) * dt(1.0 - b2)
+            for got, raw in ((got_m, raw_m), (got_v, raw_v)):
+                if k < FLUSH_EVERY:
+                    assert got.tobytes() == raw.tobytes()
+                    continue
+                sub = (raw != 0) & (np.abs(raw) < tiny)
+                assert sub.any() and (~sub).any()
+                assert np.all(got[sub] == 0)
+                assert got[~sub].tobytes() == raw[~sub].tobytes()
 
 
 def test_apply_adam_against_float64():
