@@ -4,12 +4,13 @@ rotating order round after round, so that a host's slow phases hit every model a
 Prints, per batch, each model's median ms per step and the median over rounds of each
 dynamic model's time over the static one's of the same round (and over the first mode's).
 
-    python -m bench.probes.svd_modes 64,128 ROUNDS [--block K] [--gc] MODE [MODE ...]
+    python -m bench.probes.svd_modes 64,128 ROUNDS [--block K] [--gc] [--pause MS] MODE [MODE ...]
 
 With --block K each model runs K steps in a row per turn (its median is the turn's time:
 each model in the steady state of running alone, the blocks rotating as the steps do).
 With --gc every timed step follows a full garbage collection (as the bench script's do);
-without, the collector is off for all the rounds.
+without, the collector is off for all the rounds. With --pause MS every timed step follows
+MS ms of sleep (the device idles as it does during a collection, the host's caches stay warm).
 
 MODE: `base` (the current settings), `s17` (session 17's: 4 marks a window, a yield every
 2 ms; during session 18's calls the current settings yielded every 5 ms), `markN` (N marks a window), `yieldMS` (a yield every MS ms), `nomark`, `noyield`,
@@ -56,6 +57,10 @@ def main() -> None:
         block, args = int(args[1]), args[2:]
     if args[:1] == ["--gc"]:
         collect, args = True, args[1:]
+    pause = 0.0
+    if args[:1] == ["--pause"]:
+        pause, args = float(args[1]) / 1e3, args[2:]
+    gc_s: list = []
     modes = args or ["base"]
     for b in batches:
         xv = _input(200, b, 512, False)
@@ -78,14 +83,18 @@ def main() -> None:
                 turn = []
                 for _ in range(block):
                     if collect:
+                        t0 = time.perf_counter()
                         gc.collect()
+                        gc_s.append(time.perf_counter() - t0)
+                    if pause:
+                        time.sleep(pause)
                     t0 = time.perf_counter()
                     models[k].step(xv)
                     turn.append(1e3 * (time.perf_counter() - t0))
                 t[k].append(statistics.median(turn))
         gc.enable()
         med = {k: statistics.median(v) for k, v in t.items()}
-        line = [f"b{b}{'' if block == 1 else f' blocks of {block}'}{' gc' if collect else ''}: static {med['static']:.2f} ms"]
+        line = [f"b{b}{'' if block == 1 else f' blocks of {block}'}{' gc' if collect else ''}{f' pause {1e3 * pause:g} ms' if pause else ''}: static {med['static']:.2f} ms"]
         for m in modes:
             over_s = statistics.median(d / s for d, s in zip(t[m], t["static"]))
             part = f"{m} {med[m]:.2f} ms, /static {over_s:.3f}"
@@ -93,6 +102,9 @@ def main() -> None:
                 part += f", /{modes[0]} " + \
                     f"{statistics.median(d / o for d, o in zip(t[m], t[modes[0]])):.3f}"
             line.append(part)
+        if gc_s:
+            line.append(f"a collection {1e3 * statistics.median(gc_s):.1f} ms")
+            gc_s.clear()
         print("; ".join(line), flush=True)
         for m in models.values():
             m.close()
