@@ -68,6 +68,7 @@ def partition(ops: list[Operation], device_of: dict[Operation, str],
         for k, t in enumerate(op.inputs):
             if t in feed_nodes:
                 p.inputs[k] = (feed_nodes[t], 0)
+    _enters_with_their_readers(pn, {id(pn[op]) for op, _ in fetches})
     parts: dict[str, Partition] = {}
 
     def part(dev: str) -> Partition:
@@ -214,6 +215,40 @@ def partition(ops: list[Operation], device_of: dict[Operation, str],
         used = {id(i[0]) for q in prt.nodes for i in q.inputs if i is not None}
         prt.feeds = [(fn, k) for k, (t, fn) in enumerate(feed_nodes.items()) if id(fn) in used]
     return parts
+
+
+def _enters_with_their_readers(pn: dict, fetched: set[int]) -> None:
+    """Give every device that reads an Enter's value its own Enter, fed across devices
+    in the parent frame. A value that left an Enter belongs to the loop's frame: cut
+    there, it would travel once, tagged iteration 0, while the reader's Recv waits in
+    every iteration (a loop constant entered under one device scope and read under
+    another hung the partitioned executor). An Enter left with no reader on its own
+    device, and not fetched, moves to a reading device instead of being copied."""
+    enters = {id(p): p for p in pn.values() if p.kind == Kind.ENTER}
+    if not enters:
+        return
+    readers: dict[int, dict[str, list]] = {}
+    kept = set(fetched)        # Enters that stay where they are: fetched, or ordering ops
+    for q in pn.values():
+        for k, inp in enumerate(q.inputs):
+            if inp is not None and id(inp[0]) in enters:
+                readers.setdefault(id(inp[0]), {}).setdefault(q.device, []).append((q, k))
+        kept.update(id(c) for c in q.control)
+    for eid, by_dev in readers.items():
+        e = enters[eid]
+        others = [d for d in by_dev if d != e.device]
+        if not others:
+            continue
+        if e.device not in by_dev and eid not in kept:
+            e.device = others.pop(0)
+        for dev in others:
+            twin = PNode(f"{e.name}@{dev}", e.type, e.kind, e.frame, inputs=list(e.inputs),
+                         control=list(e.control), attrs=dict(e.attrs), n_out=e.n_out,
+                         op=e.op, device=dev, stateful=e.stateful, kernel=e.kernel,
+                         resource=e.resource)
+            pn[twin] = twin            # (keyed by itself: it has no op of its own)
+            for q, k in by_dev[dev]:
+                q.inputs[k] = (twin, q.inputs[k][1])
 
 
 def _iteration_trigger(c: PNode) -> int | None:

@@ -44,6 +44,31 @@ def test_nested_loops_and_conds_over_three_workers_match_one_process(cluster3):
     assert got[0] == 5
 
 
+def _loop_constant_entered_on_one_worker_read_on_others(on):
+    x = dcf.placeholder(dcf.float32, (2,), name="x")
+    outer = x * 0.5
+
+    def body(i, a, b):
+        with on(1):
+            a1 = a + outer          # the first read of `outer`: its Enter goes to worker 1
+        with on(2):
+            b1 = b * 0.5 + outer    # read again on worker 2, and the client reads it too
+        return i + 1, a1, b1 + dcf.reduce_sum(outer)
+
+    out = dcf.while_loop(lambda i, a, b: i < 4, body, (0, x, x + 1.0))
+    return (out[0], out[2]), {x: np.array([1.0, -2.0], np.float32)}
+
+
+def test_a_loop_constant_read_on_workers_other_than_its_enters_matches_one_process(cluster3):
+    """A loop constant whose Enter sat on one worker while others read it crossed
+    processes inside the loop's frame: sent once, awaited every iteration (a hang,
+    dcf/partition.py). Worker 1's variable is not fetched, so nothing reads the Enter on
+    worker 1 itself."""
+    got, want = both(_loop_constant_entered_on_one_worker_read_on_others, cluster3)
+    assert_same(got, want)
+    assert got[0] == 4
+
+
 def _case_in_loop_with_data_dependent_trip_count(on):
     n = dcf.placeholder(dcf.int32, (), name="n")
 
