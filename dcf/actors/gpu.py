@@ -109,9 +109,12 @@ class GpuDevice:
         self.tracing = False
         self.trace_events: list = []
         self._trace_ref: tuple | None = None
-        self._watch: list = []            # [(event, callback)] run when the event is done
+        # loop -> [(event, callback)] to run on that loop once the event is done, and
+        # loop -> the task polling them: a device outlives event loops (each Session
+        # drives its own), and a callback belongs to the loop that registered it
+        self._watch: dict = {}
+        self._pollers: dict = {}
         self._deferred: collections.deque = collections.deque()  # (event, keep-alive)
-        self._poller: asyncio.Task | None = None
         self._events: collections.deque = collections.deque()   # for reuse (record)
         self._steps: collections.Counter = collections.Counter()  # the memory settings of
         #                                     the steps running here (begin_step), counted
@@ -267,32 +270,46 @@ class GpuDevice:
         while d and d[0][0].done:
             d.popleft()
         if self._watch:
-            still = []
-            for ev, cb in self._watch:
-                if ev.done:
-                    cb()
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:      # outside any loop: no callback of ours to run
+                return
+            watch = self._watch.get(loop)
+            if watch:
+                still = []
+                for ev, cb in watch:  # (a callback may register more: seen here too)
+                    if ev.done:
+                        cb()
+                    else:
+                        still.append((ev, cb))
+                if still:
+                    self._watch[loop] = still
                 else:
-                    still.append((ev, cb))
-            self._watch = still
+                    del self._watch[loop]
 
     def when_done(self, event: Any, callback: Callable[[], None]) -> None:
-        """Call `callback()` from the event loop once `event` has completed."""
-        self._watch.append((event, callback))
-        p = self._poller
+        """Call `callback()` from the running event loop once `event` has completed."""
+        loop = asyncio.get_running_loop()
+        for old in [lp for lp in self._pollers if lp.is_closed()]:
+            # a loop that stopped with copies in flight: nobody waits for their callbacks
+            del self._pollers[old]
+            self._watch.pop(old, None)
+        self._watch.setdefault(loop, []).append((event, callback))
+        p = self._pollers.get(loop)
         if p is None or p.done():
-            self._poller = asyncio.get_running_loop().create_task(self._poll())
+            self._pollers[loop] = loop.create_task(self._poll(loop))
 
-    async def _poll(self) -> None:
+    async def _poll(self, loop: asyncio.AbstractEventLoop) -> None:
         # event polling from the loop: a launch_host_func callback would need a driver
         # thread to take the GIL; polling costs one query per pending copy per tick
-        while self._watch:
+        while self._watch.get(loop):
             try:
                 self.collect()
             except Exception:     # a failing callback must not strand the others
                 import traceback
 
                 traceback.print_exc()
-            if self._watch:
+            if self._watch.get(loop):
                 await asyncio.sleep(0)
 
     async def wait(self, event: Any) -> None:

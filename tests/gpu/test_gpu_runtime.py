@@ -650,3 +650,47 @@ def test_column_blocks_cross_gpus_in_one_strided_copy(gpu_count, cols):
         want = cp.asnumpy(block)
     with cp.cuda.Device(1):
         np.testing.assert_array_equal(cp.asnumpy(got), want)
+
+
+class _Flag:
+    """An event whose `done` is set by the test (cupy's Event has `done`)."""
+
+    def __init__(self, done: bool = False) -> None:
+        self.done = done
+
+
+def test_event_callbacks_are_polled_by_the_loop_that_waits_for_them():
+    """A GPU device outlives event loops (each Session drives its own): a poller task left
+    pending on a loop that stopped (a copy still in flight when its run ended) must not
+    stand for the poller of the next loop, whose waits then never end (a hang found by
+    tests/core/test_loop_placement_shapes.py's draws on the stand-in GPUs); and a
+    callback runs on the loop that registered it, never on another."""
+    import asyncio
+
+    from dcf.actors.gpu import GpuDevice
+
+    gpu = GpuDevice.get(0)
+    ran: list = []
+    stale = _Flag()
+
+    async def leave_a_copy_in_flight() -> None:
+        gpu.when_done(stale, lambda: ran.append("first loop"))
+        await asyncio.sleep(0)
+
+    loop1 = asyncio.new_event_loop()
+    loop1.run_until_complete(leave_a_copy_in_flight())
+    loop1.close()
+
+    async def wait_on_a_new_loop() -> None:
+        ev = _Flag()
+        asyncio.get_running_loop().call_later(0.01, setattr, ev, "done", True)
+        await asyncio.wait_for(gpu.wait(ev), 5)
+        ran.append("second loop")
+
+    stale.done = True
+    loop2 = asyncio.new_event_loop()
+    try:
+        loop2.run_until_complete(wait_on_a_new_loop())
+    finally:
+        loop2.close()
+    assert ran == ["second loop"]      # the closed loop's callback is dropped, not run
