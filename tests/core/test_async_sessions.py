@@ -70,10 +70,15 @@ async def test_event_loop_stays_responsive_during_a_long_in_graph_loop(compiled)
 
     async with dcf.AsyncSession(config=compiled) as sess:
         assert (await sess.run(out, {n: 10}))[0] == 10  # plan built outside the timing
-        # calibrate: about one second of loop on this path and machine
-        t0 = time.perf_counter()
-        assert (await sess.run(out, {n: 20_000}))[0] == 20_000
-        trips = int(20_000 * 1.0 / max(time.perf_counter() - t0, 1e-3))
+        # calibrate: about one second of loop on this path and machine (the faster of
+        # two runs: a first one may pay one-off costs, e.g. a GPU's kernels compiled on
+        # a fresh machine, and then promise a second that takes a quarter of it)
+        took = []
+        for _ in range(2):
+            t0 = time.perf_counter()
+            assert (await sess.run(out, {n: 20_000}))[0] == 20_000
+            took.append(time.perf_counter() - t0)
+        trips = int(20_000 * 1.0 / max(min(took), 1e-3))
         worst = []
         for _ in range(3):
             wall, cpu = await gaps_during(sess, trips)
