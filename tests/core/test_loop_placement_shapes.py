@@ -3,8 +3,9 @@ same graph on one device: the loop's counter and predicate on one device, each l
 variable's update on another (three in-process CPU devices here; tests/gpu runs the
 same with the GPUs), loops of one to four variables that pass through, update, choose
 by a cond (its branches on the variable's device or on the two others), sum by an inner
-loop (its body on the variable's device or the next), read an outer value or rotate (all
-must move at once),
+loop (its body on the variable's device or the next), fold a constant vector (a loop
+over a TensorArray, on the next device), read an outer value or rotate (all must move at
+once),
 for 0-4 iterations, any subset fetched; with `grad`, the gradient of the sum of the
 outputs with respect to the input, through the loop. The ways: compiled (a plan over
 several devices is one fused program), the partitioned tagged-token executor (Send /
@@ -24,7 +25,8 @@ from hypothesis import strategies as st
 import dcf
 
 F64 = dcf.float64
-KINDS = ("pass", "affine", "cond", "split_cond", "inner", "split_inner", "outer", "rotate")
+KINDS = ("pass", "affine", "cond", "split_cond", "inner", "split_inner", "fold", "outer",
+         "rotate")
 WAYS = ("compiled", "executor", "traced")
 
 pytestmark = pytest.mark.timeout(300)
@@ -63,6 +65,10 @@ def build(kinds, places, pred_place, fetch, grad, devices):
                     return j + 1, s * 0.5 + v + outer
             _, s = dcf.while_loop(lambda j, s: j < i % 3, inner_body, (0, v))
             return s
+        if kind == "fold":          # a foldl (a loop over a TensorArray) on the next device
+            with dcf.device(devices[(place + 1) % len(devices)]):
+                return dcf.foldl(lambda a, e: a * 0.5 + e * v,
+                                 dcf.constant([1.0, -2.0, 0.5], F64), initializer=v)
         return outer * 1.0
 
     def body(i, *vs):
