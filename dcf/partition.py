@@ -228,7 +228,7 @@ def _enters_with_their_readers(pn: dict, fetched: set[int]) -> None:
     if not enters:
         return
     readers: dict[int, dict[str, list]] = {}
-    kept = set(fetched)        # Enters that stay where they are: fetched, or ordering ops
+    kept = set(fetched)        # stay where they are: fetched, or another op's control input
     for q in pn.values():
         for k, inp in enumerate(q.inputs):
             if inp is not None and id(inp[0]) in enters:

@@ -14,39 +14,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dcf
+from tests.core.test_loop_placement_shapes import build
 
-F64 = dcf.float64
 KINDS = ("pass", "affine", "cond", "inner", "outer", "rotate")
 
 
 def _build(kinds: list[str], fetch: list[bool]):
-    n = dcf.placeholder(dcf.int32, (), name="n")
-    x0 = dcf.placeholder(F64, (), name="x0")
-    outer = dcf.constant(0.5, F64) * x0
-
-    def update(kind: str, i, v, w):
-        if kind == "rotate":    # the next variable's value of this iteration
-            return w
-        if kind == "pass":
-            return v
-        if kind == "affine":
-            return v * 1.5 - 0.25
-        if kind == "cond":
-            return dcf.cond(v > 0.0, lambda: v - 1.0, lambda: v * v + 0.5)
-        if kind == "inner":     # 0-2 inner iterations, by the outer counter
-            _, s = dcf.while_loop(lambda j, s: j < i % 3, lambda j, s: (j + 1, s + v),
-                                  (0, v))
-            return s
-        return outer             # a value from outside the loop
-
-    def body(i, *vs):
-        return (i + 1,) + tuple(update(k, i, v, vs[(j + 1) % len(vs)])
-                                for j, (k, v) in enumerate(zip(kinds, vs)))
-
-    init = tuple(x0 + float(k) for k in range(len(kinds)))
-    outs = dcf.while_loop(lambda i, *vs: i < n, body, (0,) + init)
-    fetched = [o for o, f in zip(outs, [True] + fetch) if f]
-    return n, x0, fetched
+    # tests/core/test_loop_placement_shapes.py's loops, all on one device
+    return build(kinds, [0] * len(kinds), 0, fetch, False, ["/cpu:0"])
 
 
 @given(kinds=st.lists(st.sampled_from(KINDS), min_size=1, max_size=4),
