@@ -159,6 +159,7 @@ class _Codegen:
         # gradient with its dh sum, the gates over their product, the read part of a
         # split product)
         self.fused_call: dict[int, tuple[list, Any]] = {}
+        self.held: dict[str, list] = {}     # loop counter -> its accumulations' nodes
         # node id -> the input its result may overwrite (dcf/fusion/in_place.py)
         self.in_place: dict[int, int] = {}
         self.vguard: dict[tuple, tuple | None] = {}   # value -> guard (see analyze)
@@ -315,6 +316,9 @@ class _Codegen:
         for x in f.exits:
             self.emit(d, f"x{x.id} = DEAD")
         self.emit(d, f"{itv} = 0")
+        self.held[itv] = []
+        held_line = len(self.lines)
+        self.emit(d, "")         # the held lists of the loop's accumulations, if any
         self.plan_fusion(f)
         gpus = self.frame_gpus(f)
         if gpus:
@@ -399,6 +403,11 @@ class _Codegen:
         self.emit(b + 1, "if _now > _deadline:")
         self.emit(b + 2, "yield")
         self.emit(b + 2, "_deadline = _pc() + _YIELD_S")
+        held = self.held.pop(itv)
+        if held:
+            self.lines[held_line] = "    " * d + "; ".join(f"_held{n.id} = []" for n in held)
+            for n in held:
+                self.emit(d, f"f{n.id}.flush(_held{n.id}, {itv})", n, itv)
         if swapping and pushing:
             self.emit(d, f"_swt{itv}()")     # also after a loop shorter than TICK_EVERY
         for x in f.exits:
@@ -913,8 +922,15 @@ class _Codegen:
 
     def call(self, n: NodeInfo, grp: Any, args: list, fc: Any = None, itv: str = "") -> str:
         if fc is not None:      # one call for n and what it absorbed, told the iteration
-            self.env[f"f{n.id}"] = fc[1](self.cf.plan.gpu_of[n.id], n)
+            fn = self.env[f"f{n.id}"] = fc[1](self.cf.plan.gpu_of[n.id], n)
             it = itv if n.frame.parent is not None else "None"     # the root has no counter
+            if hasattr(fn, "flush"):
+                # it keeps terms for this run of the loop in a list of its own, which it
+                # adds up when the loop ends (dcf/fusion/accumulate.py); None: it keeps none
+                if itv not in self.held:
+                    return f"f{n.id}({', '.join(args)}, {it}, None)"
+                self.held[itv].append(n)
+                return f"f{n.id}({', '.join(args)}, {it}, _held{n.id})"
             return f"f{n.id}({', '.join(args)}, {it})"
         if n.type == "Const" and not args:
             self.env[f"_C{n.id}"] = n.fn()  # hoisted: the value never changes

@@ -14,7 +14,10 @@ MS ms of sleep (the device idles as it does during a collection, the host's cach
 
 MODE: `base` (the current settings), `s17` (session 17's: 4 marks a window, a yield every
 2 ms; during session 18's calls the current settings yielded every 5 ms), `markN` (N marks a window), `yieldMS` (a yield every MS ms), `nomark`, `noyield`,
-or several joined by `+` (bench/NOTES.md, "GPU, session 18")."""
+`noacc` (a probe of what the backward loop's in-place gradient accumulations cost: after
+a loop's first iteration they do nothing, so its gradients are WRONG), `nohold` (each
+accumulation term added in its own iteration, as before session 20), `chunkN` (N terms
+added at once), `shareX` / `rowsN` (accumulate.HOLD_SHARE / HOLD_ROWS), or several joined by `+` (bench/NOTES.md, "GPU, sessions 18 and 20")."""
 import gc
 import itertools
 import statistics
@@ -22,15 +25,32 @@ import sys
 import time
 
 import dcf.frame_compiler as fc
+import dcf.fusion.accumulate as acc_mod
 from bench import gpu_common as G
 from bench.lstm_swap import _input
 from bench.static_vs_dynamic_gpu import GpuLstm
 
-_DEFAULTS = (fc.MARKS_PER_WINDOW, fc._YIELD_S, fc._marker)
+_DEFAULTS = (fc.MARKS_PER_WINDOW, fc._YIELD_S, fc._marker, acc_mod.FusedAccumulate,
+             acc_mod.CHUNK, acc_mod.HOLD_SHARE, acc_mod.HOLD_ROWS)
+
+
+class _NoAccumulate(acc_mod.FusedAccumulate):
+    """After the first iteration, the accumulator as it is: no launch (wrong values)."""
+
+    def __call__(self, acc, *args):
+        return super().__call__(acc, *args) if not args[-2] else acc
+
+
+class _NoHold(acc_mod.FusedAccumulate):
+    """Every term added in its own iteration (no list of held terms)."""
+
+    def __call__(self, acc, *args):
+        return super().__call__(acc, *args[:-1], None)
 
 
 def _apply(mode: str) -> None:
-    fc.MARKS_PER_WINDOW, fc._YIELD_S, fc._marker = _DEFAULTS
+    (fc.MARKS_PER_WINDOW, fc._YIELD_S, fc._marker, acc_mod.FusedAccumulate,
+     acc_mod.CHUNK, acc_mod.HOLD_SHARE, acc_mod.HOLD_ROWS) = _DEFAULTS
     for part in mode.split("+"):
         if part == "base":
             pass
@@ -38,6 +58,16 @@ def _apply(mode: str) -> None:
             fc.MARKS_PER_WINDOW, fc._YIELD_S = 4, 0.002
         elif part == "nomark":
             fc._marker = lambda gpus: (lambda: [])
+        elif part == "noacc":
+            acc_mod.FusedAccumulate = _NoAccumulate
+        elif part == "nohold":
+            acc_mod.FusedAccumulate = _NoHold
+        elif part.startswith("chunk"):
+            acc_mod.CHUNK = int(part[5:])
+        elif part.startswith("share"):
+            acc_mod.HOLD_SHARE = float(part[5:])
+        elif part.startswith("rows"):
+            acc_mod.HOLD_ROWS = int(part[4:])
         elif part == "noyield":
             fc._YIELD_S = 1e9
         elif part.startswith("mark"):

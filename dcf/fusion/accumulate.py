@@ -24,6 +24,25 @@ bits); the GEMM rounds A B + C once instead of twice (last-bit differences). Any
 the fast kernels do not take (layouts, dtypes, the test stand-in) runs the term's own
 kernel and adds it in place. (Traced runs take the executor's op-by-op path, where each
 op is its own trace slice.)
+
+Terms in chunks. A term of K rows (the batch) is a small GEMM: at an LSTM's sizes each
+one reads and writes the whole accumulator for a product of K = 128 rows, and costs the
+host a launch. The accumulations of one run of a loop hold their terms instead (the
+compiled frame gives each call a list of its own for that run) and add CHUNK of them
+at once: the terms' rows stacked (one kernel, dcf/ops/gpu_kernels.stack_rows), then one
+GEMM (or column sum) over all their rows into the accumulator. sum_t a_t^T b_t is
+[a_1; ...; a_k]^T [b_1; ...; b_k], and a column sum over stacked rows is the sum of the
+column sums, so the value is the same up to rounding (the products are summed inside
+one GEMM, then added to the accumulator once). The frame adds what is held when the
+loop ends, before anything reads the accumulator. Only terms whose rows are what is
+summed are held: a Sum over axis 0 of at most HOLD_ROWS rows, and a MatMul with
+transpose_a and not transpose_b whose operands are small next to the accumulator
+(HOLD_SHARE), of C-contiguous 2-D arrays of the accumulator's dtype and of one shape in
+the chunk (anything else adds what is held first, then goes on as above). Under a memory limit a
+chunk starts only while the device's use is below its swap threshold, and where the
+stacks find no room the held terms are added one by one. A held term is an array
+this frame keeps referring to: the in-place rules that look at reference counts
+(dcf/fusion/in_place.py, the swapper) see it held and leave it alone.
 """
 
 from __future__ import annotations
@@ -31,10 +50,24 @@ from __future__ import annotations
 from typing import Any
 
 from dcf.errors import node_error
-from dcf.ops.gpu_kernels import colsum_accumulate, gemm_accumulate
+from dcf.ops.gpu_kernels import STACK_ROWS_MAX, colsum_accumulate, gemm_accumulate, \
+    stack_rows
+from dcf.ops.gpu_raw import c_contiguous
 from dcf.ops.registry import Kind
 
-__all__ = ["accumulate_groups", "FusedAccumulate"]
+__all__ = ["accumulate_groups", "FusedAccumulate", "CHUNK"]
+
+# terms added at once (see the module docstring); at most STACK_ROWS_MAX
+CHUNK = 16
+# A GEMM's term is held only where its operands take at most this share of the
+# accumulator's bytes: each term added alone reads and writes the whole accumulator,
+# and stacking the operands writes and reads them once more (and from memory rather than
+# the cache they were just made in). On an H200, LSTM 512 (accumulator 8 MiB): held at
+# batch 64-256 the step was 10-12 % faster, at batch 512 (operands 6 MiB) 15 % slower.
+HOLD_SHARE = 0.5
+# A column sum's term is held only up to this many rows: its kernel has a thread per
+# column that adds the rows in order, so a stack of tall terms is a long serial sum.
+HOLD_ROWS = 256
 
 _ADDS = ("Add", "AddV2")
 
@@ -114,7 +147,10 @@ def accumulate_groups(frame_nodes: list, gpu_of: dict, inputs_of: Any) -> dict:
 
 
 class FusedAccumulate:
-    """The callable of one fused accumulation: fn(acc, *term inputs, iteration)."""
+    """The callable of one fused accumulation: fn(acc, *term inputs, iteration, held),
+    `held` the list the compiled frame keeps for this accumulation in one run of its
+    loop ([] before the loop; `flush(held, iteration)` after it), or None (no terms
+    held)."""
 
     def __init__(self, gpu: Any, add: Any, term: Any, kind: str, acc_pos: int) -> None:
         self.gpu = gpu
@@ -124,22 +160,67 @@ class FusedAccumulate:
         attrs = term.pnode.attrs
         self.ta = bool(attrs.get("transpose_a", False))
         self.tb = bool(attrs.get("transpose_b", False))
-        self.in_place = 0               # in-place updates made (tests read it)
+        # whether the term sums over its operands' rows (then terms may be held)
+        self.rows = kind == "colsum" or (self.ta and not self.tb)
+        self.chunk = max(1, min(CHUNK, STACK_ROWS_MAX))
+        self.share, self.max_rows = HOLD_SHARE, HOLD_ROWS
+        self.in_place = 0               # in-place updates made, held terms counted (tests)
+        self.flushes = 0                # chunks added (tests)
 
-    def _term(self, args: tuple, it: int) -> Any:
+    def _term(self, args: tuple, it: Any) -> Any:
         try:
             return self.term.fn(*args)
         except Exception as e:
             raise node_error(self.term, it, e) from e
 
-    def __call__(self, acc: Any, *args: Any) -> Any:
-        it = args[-1]
-        args = args[:-1]
-        if not it:        # the value came from outside the loop: a new array
-            p = self._term(args, it)
-            return self.add.fn(acc, p) if self.acc_pos == 0 else self.add.fn(p, acc)
-        self.gpu.make_current()
+    def _holds(self, acc: Any, args: tuple) -> bool:
+        """Whether this term may wait in a chunk (see the module docstring)."""
+        nd = self.cp.ndarray
+        if not self.rows or type(acc) is not nd or not c_contiguous(acc):
+            return False
+        for a in args:
+            if type(a) is not nd or a.ndim != 2 or a.dtype != acc.dtype or \
+                    not c_contiguous(a):
+                return False
+        if self.kind == "colsum":
+            return acc.shape == (args[0].shape[1],) and args[0].shape[0] <= self.max_rows
+        a, b = args
+        return a.shape[0] == b.shape[0] and acc.shape == (a.shape[1], b.shape[1]) and \
+            a.nbytes + b.nbytes <= self.share * acc.nbytes
+
+    def flush(self, held: list, it: Any = None) -> None:
+        """Add the terms held in `held` ([acc, term args, ...]) to acc; empty it."""
+        if not held:
+            return
+        acc, terms = held[0], held[1:]
+        del held[:]
+        self.flushes += 1
         cp = self.cp
+        if len(terms) == 1:
+            self._add(acc, terms[0], it)
+            return
+        self.gpu.make_current()
+        try:
+            args = tuple(stack_rows(cp, [t[j] for t in terms]) for j in range(len(terms[0])))
+        except self.gpu.oom_error:      # no room for the stacks: one term at a time
+            for t in terms:
+                self._add(acc, t, it)
+            return
+        except Exception as e:
+            raise node_error(self.term, it, e) from e
+        self._add(acc, args, it)
+
+    def _room(self) -> bool:
+        """Whether a chunk may start: under a memory limit, only while the device's use
+        is below its swap threshold (held terms keep their memory until added)."""
+        g = self.gpu
+        return g.limit is None or g.used_bytes() < g.swap_threshold * g.limit
+
+    def _add(self, acc: Any, args: tuple, it: Any) -> Any:
+        """acc + the term of args: in place where it can be (returns acc), else a new
+        array."""
+        cp = self.cp
+        self.gpu.make_current()
         if self.kind == "matmul":
             done = gemm_accumulate(cp, acc, args[0], args[1], self.ta, self.tb)
         else:
@@ -150,5 +231,31 @@ class FusedAccumulate:
                     acc.shape != p.shape or acc.dtype != p.dtype:
                 return self.add.fn(acc, p) if self.acc_pos == 0 else self.add.fn(p, acc)
             cp.add(acc, p, out=acc)
-        self.in_place += 1
         return acc
+
+    def __call__(self, acc: Any, *args: Any) -> Any:
+        held = args[-1]
+        it = args[-2]
+        args = args[:-2]
+        if not it:        # the value came from outside the loop: a new array
+            if held:
+                self.flush(held, it)
+            p = self._term(args, it)
+            return self.add.fn(acc, p) if self.acc_pos == 0 else self.add.fn(p, acc)
+        if held and (held[0] is not acc or
+                     any(x.shape != y.shape for x, y in zip(held[1], args))):
+            self.flush(held, it)
+        if held is not None and self._holds(acc, args) and (held or self._room()):
+            if not held:
+                held.append(acc)
+            held.append(args)
+            self.in_place += 1
+            if len(held) > self.chunk:
+                self.flush(held, it)
+            return acc
+        if held:
+            self.flush(held, it)
+        out = self._add(acc, args, it)
+        if out is acc:
+            self.in_place += 1
+        return out

@@ -33,7 +33,7 @@ from dcf.ops.concat_slots import claim
 from dcf.ops.gpu_raw import RawLoop, c_contiguous, row_stride
 
 __all__ = ["concat_gpu", "sum_gpu", "split_gpu", "matmul_gpu", "gemm", "gemm_accumulate",
-           "colsum_accumulate"]
+           "colsum_accumulate", "stack_rows", "STACK_ROWS_MAX"]
 
 _D2D = 3   # cudaMemcpyDeviceToDevice
 _ident = threading.get_ident
@@ -305,6 +305,39 @@ def colsum_accumulate(xp, acc, x) -> bool:
     _COLSUM_ACC_RAW(xp, x.dtype, x.shape[1], (x, np.int64(x.shape[0]), np.int64(x.shape[1]),
                                                acc))
     return True
+
+
+# k equal C-contiguous arrays stacked along their first axis by one raw kernel that takes
+# each array's address as a parameter (a copy per array would be a launch each, and an
+# array of addresses an upload): element i of the output is element i % per of array
+# i // per
+STACK_ROWS_MAX = 16
+_STACK_PARAMS = ", ".join(f"const T* __restrict__ p{j}" for j in range(STACK_ROWS_MAX)) + \
+    ", const long long per, T* __restrict__ y"
+_STACK_BODY = ("    const long long j = i / per; const T* p = p0;\n    switch (j) {" +
+               "".join(f" case {j}: p = p{j}; break;" for j in range(1, STACK_ROWS_MAX)) +
+               " }\n    y[i] = p[i - j * per];")
+_STACK_RAW = RawLoop("dcf_stack_rows", _STACK_PARAMS, _STACK_BODY)
+
+
+def stack_rows(xp, xs: list) -> Any:
+    """xs (arrays of one shape and dtype) one after another along axis 0, as one new
+    C-contiguous array: xp.concatenate(xs), as one raw kernel where it can be (up to
+    STACK_ROWS_MAX C-contiguous float arrays on one device)."""
+    first = xs[0]
+    k = len(xs)
+    if k == 1:
+        return first
+    if 1 < k <= STACK_ROWS_MAX and type(first) is xp.ndarray and first.ndim >= 1 and \
+            first.dtype.kind == "f" and first.dtype.itemsize >= 4 and first.size and \
+            RawLoop.available(xp) and all(
+                type(x) is xp.ndarray and x.shape == first.shape and x.dtype == first.dtype
+                and c_contiguous(x) and x.data.device_id == first.data.device_id for x in xs):
+        out = xp.ndarray((k * first.shape[0],) + first.shape[1:], first.dtype)
+        ptrs = tuple(xs) + (first,) * (STACK_ROWS_MAX - k)
+        _STACK_RAW(xp, first.dtype, k * first.size, ptrs + (np.int64(first.size), out))
+        return out
+    return xp.concatenate(xs, axis=0)
 
 
 def gemm(xp, a, b, transpose_a: bool, transpose_b: bool) -> Any:

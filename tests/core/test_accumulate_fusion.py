@@ -5,6 +5,8 @@ in-place add; tests/gpu checks the cuBLAS and column-sum kernels on a real GPU."
 
 from __future__ import annotations
 
+import asyncio
+
 import numpy as np
 import pytest
 
@@ -142,3 +144,114 @@ def test_the_lstm_weight_and_bias_gradients_are_fused_and_equal_the_cpu(fake_gpu
     assert all(f.in_place == 5 for f in fused)
     for a, b in zip(cpu, gpu):
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+
+
+def _rows_loop(xs, ys, rows=None, dev="/gpu:0"):
+    """acc = sum_t xs[t][:rows[t]]^T @ ys[t][:rows[t]] and bias = sum_t ys[t][:rows[t]]
+    .sum(0) over a fed number of iterations (all rows where `rows` is None)."""
+    n, b, k = xs.shape
+    m = ys.shape[2]
+    g = dcf.Graph()
+    with g.as_default(), dcf.device(dev):
+        X, Y = dcf.constant(xs), dcf.constant(ys)
+        R = dcf.constant(np.full(n, b, np.int32) if rows is None else np.asarray(rows, np.int32))
+        trips = dcf.placeholder(dcf.int32, [])
+
+        def body(i, acc, bias):
+            r = dcf.gather(R, i)
+            x, y = dcf.gather(X, i)[:r], dcf.gather(Y, i)[:r]
+            return (i + 1, acc + dcf.matmul(x, y, transpose_a=True),
+                    bias + dcf.reduce_sum(y, axis=0))
+
+        out = dcf.while_loop(lambda i, *_: i < trips, body,
+                             (0, dcf.zeros([k, m]), dcf.zeros([m])))
+    return g, trips, out[1:]
+
+
+def _rows_reference(xs, ys, trips, rows=None):
+    x, y = xs.astype(np.float64), ys.astype(np.float64)
+    r = [x.shape[1]] * trips if rows is None else rows
+    acc = sum(x[t, :r[t]].T @ y[t, :r[t]] for t in range(trips))
+    return acc, sum(y[t, :r[t]].sum(0) for t in range(trips))
+
+
+@pytest.mark.parametrize("trips", [1, 2, 16, 17, 40])
+def test_terms_are_added_in_chunks_and_when_the_loop_ends(fake_gpus, fused, trips):
+    """Iterations 1.. hold their terms; every CHUNK of them is added at once, the rest
+    when the loop ends (accumulate.CHUNK terms a chunk)."""
+    from dcf.fusion.accumulate import CHUNK
+
+    xs, ys = _data(n=40, b=3, k=16, m=24, seed=5)
+    g, trips_ph, out = _rows_loop(xs, ys)
+    with dcf.Session(graph=g) as sess:
+        got = sess.run(out, {trips_ph: trips})
+    for a, w in zip(got, _rows_reference(xs, ys, trips)):
+        np.testing.assert_allclose(a, w, rtol=1e-5, atol=1e-4)
+    held = trips - 1
+    if held:
+        assert sorted(f.kind for f in fused) == ["colsum", "matmul"]
+        assert all(f.in_place == held for f in fused)
+        assert all(f.flushes == -(-held // CHUNK) for f in fused)
+
+
+def test_a_term_of_another_shape_adds_what_is_held_first(fake_gpus, fused):
+    """Rows that change between iterations: each run of equal shapes is one chunk."""
+    rows = [3, 3, 3, 2, 2, 3, 1, 1, 1, 3]
+    xs, ys = _data(n=len(rows), b=3, k=16, m=24, seed=6)
+    g, trips_ph, out = _rows_loop(xs, ys, rows)
+    with dcf.Session(graph=g) as sess:
+        got = sess.run(out, {trips_ph: len(rows)})
+    for a, w in zip(got, _rows_reference(xs, ys, len(rows), rows)):
+        np.testing.assert_allclose(a, w, rtol=1e-5, atol=1e-4)
+    # held from iteration 1 on: [3, 3] [2, 2] [3] [1, 1, 1] [3]
+    assert [f.flushes for f in fused] == [5, 5]
+
+
+@pytest.mark.asyncio
+async def test_runs_in_flight_at_once_each_hold_their_own_terms(fake_gpus, fused):
+    """Concurrent runs of one plan interleave their loops' iterations on the event loop:
+    each run's terms go to its own accumulator."""
+    xs, ys = _data(n=40, b=3, k=16, m=24, seed=7)
+    g, trips_ph, out = _rows_loop(xs, ys)
+    trips = [40, 3, 25, 17, 1, 33]
+    async with dcf.AsyncSession(graph=g) as sess:
+        got = await asyncio.gather(*[sess.run(out, {trips_ph: t}) for t in trips])
+    for t, res in zip(trips, got):
+        for a, w in zip(res, _rows_reference(xs, ys, t)):
+            np.testing.assert_allclose(a, w, rtol=1e-5, atol=1e-4)
+    assert sum(f.in_place for f in fused) == 2 * sum(t - 1 for t in trips)
+
+
+def test_terms_large_next_to_their_accumulator_are_added_at_once(fake_gpus, fused):
+    """Operands over HOLD_SHARE of the weight accumulator's bytes, and column sums of
+    over HOLD_ROWS rows: each term is added in its own iteration, none held."""
+    from dcf.fusion.accumulate import HOLD_ROWS
+
+    xs, ys = _data(n=6, b=HOLD_ROWS + 1, k=16, m=24, seed=8)
+    g, trips_ph, out = _rows_loop(xs, ys)
+    with dcf.Session(graph=g) as sess:
+        got = sess.run(out, {trips_ph: 6})
+    for a, w in zip(got, _rows_reference(xs, ys, 6)):
+        np.testing.assert_allclose(a, w, rtol=1e-5, atol=1e-3)
+    assert sorted((f.kind, f.in_place, f.flushes) for f in fused) == \
+        [("colsum", 5, 0), ("matmul", 5, 0)]
+
+
+def test_no_chunk_starts_while_device_memory_is_past_its_swap_threshold(fake_gpus, fused):
+    """Held terms keep their memory: under a limit, past the swap threshold (here 0,
+    always past it), each term is added in its own iteration; under no limit they are
+    held. The values are the same."""
+    xs, ys = _data(n=20, b=3, k=16, m=24, seed=9)
+    want = _rows_reference(xs, ys, 20)
+
+    def run(limit):
+        g, trips_ph, out = _rows_loop(xs, ys)
+        cfg = dcf.SessionConfig(gpu_memory_limit=limit, swap_threshold=0.0)
+        with dcf.Session(graph=g, config=cfg) as sess:
+            got = sess.run(out, {trips_ph: 20})
+        for a, w in zip(got, want):
+            np.testing.assert_allclose(a, w, rtol=1e-5, atol=1e-4)
+        return [(f.in_place, f.flushes) for f in fused]
+
+    assert run(1 << 30) == [(19, 0), (19, 0)]
+    assert run(None) == [(19, 0), (19, 0), (19, 2), (19, 2)]

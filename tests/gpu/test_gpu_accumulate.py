@@ -91,16 +91,35 @@ def test_colsum_accumulate_declines_narrow_and_other_layouts(cp):
     assert not colsum_accumulate(cp, cp.zeros((1, 1024), np.float32), wide)
 
 
-def test_an_lstm_gradient_with_fused_accumulations_equals_the_cpu(fused_accumulations):
-    """512 units: the bias gradient takes the column-sum kernel, the weight's the GEMM."""
-    rng = np.random.default_rng(4)
-    xv = rng.standard_normal((12, 4, 16)).astype(np.float32)
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+@pytest.mark.parametrize("k", [2, 5, 16, 17])
+def test_stack_rows_equals_concatenate(cp, dt, k):
+    """One raw kernel for up to STACK_ROWS_MAX arrays; cupy's concatenate beyond."""
+    from dcf.ops.gpu_kernels import stack_rows
 
-    cpu, gpu = (lstm_gradients(dev, xv, 512, loss="mean", runs=2, parallel_iterations=8)
+    rng = np.random.default_rng(k)
+    xs = [rng.standard_normal((3, 7)).astype(dt) for _ in range(k)]
+    got = stack_rows(cp, [cp.asarray(x) for x in xs])
+    assert got.shape == (3 * k, 7) and got.flags.c_contiguous
+    np.testing.assert_array_equal(cp.asnumpy(got), np.concatenate(xs))
+
+
+@pytest.mark.parametrize("steps,runs", [(12, 2), (40, 1)])
+def test_an_lstm_gradient_with_fused_accumulations_equals_the_cpu(fused_accumulations, steps,
+                                                                  runs):
+    """512 units: the bias gradient takes the column-sum kernel, the weight's the GEMM;
+    their terms are added CHUNK at a time, then the rest when the loop ends."""
+    from dcf.fusion.accumulate import CHUNK
+
+    rng = np.random.default_rng(4)
+    xv = rng.standard_normal((steps, 4, 16)).astype(np.float32)
+    cpu, gpu = (lstm_gradients(dev, xv, 512, loss="mean", runs=runs, parallel_iterations=8)
                 for dev in ("/cpu:0", "/gpu:0"))
     ran = list(fused_accumulations)
     assert sorted(f.kind for f in ran) == ["colsum", "matmul"]
-    assert all(f.in_place == 2 * 11 for f in ran)
+    held = steps - 1
+    assert all(f.in_place == runs * held and f.flushes == runs * -(-held // CHUNK)
+               for f in ran)
     for run_cpu, run_gpu in zip(cpu, gpu):
         for a, b in zip(run_cpu, run_gpu):
             np.testing.assert_allclose(b, a, rtol=2e-4, atol=2e-6 * np.abs(a).max())
