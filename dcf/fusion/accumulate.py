@@ -38,9 +38,10 @@ loop ends, before anything reads the accumulator. Only terms whose rows are what
 summed are held: a Sum over axis 0 of at most HOLD_ROWS rows, and a MatMul with
 transpose_a and not transpose_b whose operands are small next to the accumulator
 (HOLD_SHARE), of C-contiguous 2-D arrays of the accumulator's dtype and of one shape in
-the chunk (anything else adds what is held first, then goes on as above). Under a memory limit a
-chunk starts only while the device's use is below its swap threshold, and where the
-stacks find no room the held terms are added one by one. A held term is an array
+the chunk (anything else adds what is held first, then goes on as above). Under a memory
+limit a term is held only while the device's use is below its swap threshold (held terms
+keep their memory; past it, what is held is added at once), and where the stacks find no
+room the held terms are added one by one. A held term is an array
 this frame keeps referring to: the in-place rules that look at reference counts
 (dcf/fusion/in_place.py, the swapper) see it held and leave it alone.
 """
@@ -211,8 +212,9 @@ class FusedAccumulate:
         self._add(acc, args, it)
 
     def _room(self) -> bool:
-        """Whether a chunk may start: under a memory limit, only while the device's use
-        is below its swap threshold (held terms keep their memory until added)."""
+        """Whether a term may be held: under a memory limit, only while the device's use
+        is below its swap threshold (held terms keep their memory until added; past it,
+        what is held is added at once)."""
         g = self.gpu
         return g.limit is None or g.used_bytes() < g.swap_threshold * g.limit
 
@@ -245,7 +247,7 @@ class FusedAccumulate:
         if held and (held[0] is not acc or
                      any(x.shape != y.shape for x, y in zip(held[1], args))):
             self.flush(held, it)
-        if held is not None and self._holds(acc, args) and (held or self._room()):
+        if held is not None and self._holds(acc, args) and self._room():
             if not held:
                 held.append(acc)
             held.append(args)

@@ -255,3 +255,33 @@ def test_no_chunk_starts_while_device_memory_is_past_its_swap_threshold(fake_gpu
 
     assert run(1 << 30) == [(19, 0), (19, 0)]
     assert run(None) == [(19, 0), (19, 0), (19, 2), (19, 2)]
+
+
+def test_held_terms_are_added_at_once_when_memory_passes_the_threshold(fake_gpus, fused,
+                                                                        monkeypatch):
+    """Under a limit the device's use is read at every term: once it is past the swap
+    threshold, what is held is added and nothing more is held."""
+    from dcf.actors.gpu import GpuDevice
+    from dcf.fusion import accumulate
+
+    reads = []
+    limit = 1 << 30
+
+    def used_bytes(self):                 # below the threshold for the first two reads
+        reads.append(1)
+        return 0 if len(reads) <= 2 else limit
+
+    stacked = []
+    real_stack = accumulate.stack_rows
+    monkeypatch.setattr(GpuDevice, "used_bytes", used_bytes)
+    monkeypatch.setattr(accumulate, "stack_rows",
+                        lambda xp, xs: stacked.append(len(xs)) or real_stack(xp, xs))
+    xs, ys = _data(n=20, b=3, k=16, m=24, seed=10)
+    g, trips_ph, out = _rows_loop(xs, ys)
+    with dcf.Session(graph=g, config=dcf.SessionConfig(gpu_memory_limit=limit)) as sess:
+        got = sess.run(out, {trips_ph: 20})
+    for a, w in zip(got, _rows_reference(xs, ys, 20)):
+        np.testing.assert_allclose(a, w, rtol=1e-5, atol=1e-4)
+    # each accumulation held its iteration-1 term, then added it alone at iteration 2
+    assert [(f.in_place, f.flushes) for f in fused] == [(19, 1), (19, 1)]
+    assert stacked == []
