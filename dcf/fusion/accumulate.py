@@ -37,8 +37,9 @@ one GEMM, then added to the accumulator once). The frame adds what is held when 
 loop ends, before anything reads the accumulator. Only terms whose rows are what is
 summed are held: a Sum over axis 0 of at most HOLD_ROWS rows, and a MatMul with
 transpose_a and not transpose_b whose operands are small next to the accumulator
-(HOLD_SHARE), of C-contiguous 2-D arrays of the accumulator's dtype and of one shape in
-the chunk (anything else adds what is held first, then goes on as above). Under a memory
+(HOLD_SHARE), of 2-D arrays of the accumulator's dtype (a strided one held as a
+contiguous copy, so that a value's layout -- a view on the device, a fresh array back from
+the host -- never changes what is summed how) and of one shape in the chunk (anything else adds what is held first, then goes on as above). Under a memory
 limit a term is held only while the device's use is below its swap threshold (held terms
 keep their memory; past it, what is held is added at once), and where the stacks find no
 room the held terms are added one by one. A held term is an array
@@ -180,8 +181,7 @@ class FusedAccumulate:
         if not self.rows or type(acc) is not nd or not c_contiguous(acc):
             return False
         for a in args:
-            if type(a) is not nd or a.ndim != 2 or a.dtype != acc.dtype or \
-                    not c_contiguous(a):
+            if type(a) is not nd or a.ndim != 2 or a.dtype != acc.dtype:
                 return False
         if self.kind == "colsum":
             return acc.shape == (args[0].shape[1],) and args[0].shape[0] <= self.max_rows
@@ -250,7 +250,11 @@ class FusedAccumulate:
         if held is not None and self._holds(acc, args) and self._room():
             if not held:
                 held.append(acc)
-            held.append(args)
+            # an operand's layout must not decide what is held (a value that came back
+            # from the host is contiguous where the same value left on the device may
+            # be a view): a copy of a strided one, so that the sums are the same bits
+            held.append(tuple(a if c_contiguous(a) else self.cp.ascontiguousarray(a)
+                              for a in args))
             self.in_place += 1
             if len(held) > self.chunk:
                 self.flush(held, it)
