@@ -41,8 +41,10 @@ transpose_a and not transpose_b whose operands are small next to the accumulator
 contiguous copy, so that a value's layout -- a view on the device, a fresh array back from
 the host -- never changes what is summed how) and of one shape in the chunk (anything else adds what is held first, then goes on as above). Under a memory
 limit a term is held only while the device's use is below its swap threshold (held terms
-keep their memory; past it, what is held is added at once), and where the stacks find no
-room the held terms are added one by one. A held term is an array
+keep their memory; past it, what is held is added at once: the sums' last bits may then
+depend on memory pressure); with no limit, a chunk starts only below HOLD_DEVICE_SHARE
+of the device's own memory; and where the stacks find no room the held terms are added
+one by one. A held term is an array
 this frame keeps referring to: the in-place rules that look at reference counts
 (dcf/fusion/in_place.py, the swapper) see it held and leave it alone.
 """
@@ -70,6 +72,9 @@ HOLD_SHARE = 0.5
 # A column sum's term is held only up to this many rows: its kernel has a thread per
 # column that adds the rows in order, so a stack of tall terms is a long serial sum.
 HOLD_ROWS = 256
+# With no memory limit set, a chunk starts only while the device's use is below this
+# share of its memory.
+HOLD_DEVICE_SHARE = 0.9
 
 _ADDS = ("Add", "AddV2")
 
@@ -211,12 +216,17 @@ class FusedAccumulate:
             raise node_error(self.term, it, e) from e
         self._add(acc, args, it)
 
-    def _room(self) -> bool:
+    def _room(self, starting: bool) -> bool:
         """Whether a term may be held: under a memory limit, only while the device's use
-        is below its swap threshold (held terms keep their memory until added; past it,
-        what is held is added at once)."""
+        is below the swap threshold of it (held terms keep their memory until added;
+        past it, what is held is added at once). With no limit set, only where a chunk
+        starts below HOLD_DEVICE_SHARE of the device's own memory (a read costs the host
+        about a microsecond); the swap threshold plays no part there, so that swapping
+        on or off never changes what is held."""
         g = self.gpu
-        return g.limit is None or g.used_bytes() < g.swap_threshold * g.limit
+        if g.limit is None:
+            return not starting or g.used_bytes() < HOLD_DEVICE_SHARE * g.total_memory
+        return g.used_bytes() < g.swap_threshold * g.limit
 
     def _add(self, acc: Any, args: tuple, it: Any) -> Any:
         """acc + the term of args: in place where it can be (returns acc), else a new
@@ -247,7 +257,7 @@ class FusedAccumulate:
         if held and (held[0] is not acc or
                      any(x.shape != y.shape for x, y in zip(held[1], args))):
             self.flush(held, it)
-        if held is not None and self._holds(acc, args) and self._room():
+        if held is not None and self._holds(acc, args) and self._room(not held):
             if not held:
                 held.append(acc)
             # an operand's layout must not decide what is held (a value that came back

@@ -285,3 +285,22 @@ def test_held_terms_are_added_at_once_when_memory_passes_the_threshold(fake_gpus
     # each accumulation held its iteration-1 term, then added it alone at iteration 2
     assert [(f.in_place, f.flushes) for f in fused] == [(19, 1), (19, 1)]
     assert stacked == []
+
+
+def test_with_no_limit_no_chunk_starts_past_the_threshold_of_the_device_memory(
+        fake_gpus, fused, monkeypatch):
+    """No gpu_memory_limit: a chunk starts only below HOLD_DEVICE_SHARE of the device's
+    own memory."""
+    from dcf.fusion.accumulate import HOLD_DEVICE_SHARE
+    from dcf.actors.gpu import GpuDevice
+
+    xs, ys = _data(n=20, b=3, k=16, m=24, seed=11)
+    want = _rows_reference(xs, ys, 20)
+    g, trips_ph, out = _rows_loop(xs, ys)
+    monkeypatch.setattr(GpuDevice, "used_bytes",
+                        lambda self: int(HOLD_DEVICE_SHARE * self.total_memory) + 1)
+    with dcf.Session(graph=g) as sess:
+        got = sess.run(out, {trips_ph: 20})
+    for a, w in zip(got, want):
+        np.testing.assert_allclose(a, w, rtol=1e-5, atol=1e-4)
+    assert [(f.in_place, f.flushes) for f in fused] == [(19, 0), (19, 0)]
