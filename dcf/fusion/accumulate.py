@@ -195,10 +195,11 @@ class FusedAccumulate:
             a.nbytes + b.nbytes <= self.share * acc.nbytes
 
     def flush(self, held: list, it: Any = None) -> None:
-        """Add the terms held in `held` ([acc, term args, ...]) to acc; empty it."""
+        """Add the terms held in `held` ([acc, the terms' shapes, term args, ...]) to
+        acc; empty it."""
         if not held:
             return
-        acc, terms = held[0], held[1:]
+        acc, terms = held[0], held[2:]
         del held[:]
         self.flushes += 1
         cp = self.cp
@@ -228,6 +229,28 @@ class FusedAccumulate:
             return not starting or g.used_bytes() < HOLD_DEVICE_SHARE * g.total_memory
         return g.used_bytes() < g.swap_threshold * g.limit
 
+    def _same(self, shapes: tuple, args: tuple) -> bool:
+        nd = self.cp.ndarray
+        for a, shape in zip(args, shapes):
+            if type(a) is not nd or a.shape != shape:
+                return False
+        return True
+
+    def _hold(self, held: list, acc: Any, args: tuple, it: Any) -> Any:
+        # an operand's layout must not decide what is held (a value that came back from
+        # the host is contiguous where the same value left on the device may be a view):
+        # a copy of a strided one, so that the sums are the same bits
+        for a in args:
+            if not c_contiguous(a):
+                args = tuple(x if c_contiguous(x) else self.cp.ascontiguousarray(x)
+                             for x in args)
+                break
+        held.append(args)
+        self.in_place += 1
+        if len(held) > self.chunk + 1:
+            self.flush(held, it)
+        return acc
+
     def _add(self, acc: Any, args: tuple, it: Any) -> Any:
         """acc + the term of args: in place where it can be (returns acc), else a new
         array."""
@@ -254,23 +277,17 @@ class FusedAccumulate:
                 self.flush(held, it)
             p = self._term(args, it)
             return self.add.fn(acc, p) if self.acc_pos == 0 else self.add.fn(p, acc)
-        if held and (held[0] is not acc or
-                     any(x.shape != y.shape for x, y in zip(held[1], args))):
-            self.flush(held, it)
-        if held is not None and self._holds(acc, args) and self._room(not held):
-            if not held:
-                held.append(acc)
-            # an operand's layout must not decide what is held (a value that came back
-            # from the host is contiguous where the same value left on the device may
-            # be a view): a copy of a strided one, so that the sums are the same bits
-            held.append(tuple(a if c_contiguous(a) else self.cp.ascontiguousarray(a)
-                              for a in args))
-            self.in_place += 1
-            if len(held) > self.chunk:
-                self.flush(held, it)
-            return acc
         if held:
+            # the chunk's next term: the same accumulator, operands of the first one's
+            # shapes (their dtypes are the graph's, the same in every iteration)
+            if held[0] is acc and self._same(held[1], args) and \
+                    (self.gpu.limit is None or self._room(False)):
+                return self._hold(held, acc, args, it)
             self.flush(held, it)
+        if held is not None and self._holds(acc, args) and self._room(True):
+            held.append(acc)
+            held.append(tuple(a.shape for a in args))
+            return self._hold(held, acc, args, it)
         out = self._add(acc, args, it)
         if out is acc:
             self.in_place += 1
