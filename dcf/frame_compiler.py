@@ -408,6 +408,9 @@ class _Codegen:
             self.lines[held_line] = "    " * d + "; ".join(f"_held{n.id} = []" for n in held)
             for n in held:
                 self.emit(d, f"f{n.id}.flush(_held{n.id}, {itv})", n, itv)
+            from dcf.ops.gpu_kernels import forget_stacks
+            self.env["_forget_stacks"] = forget_stacks
+            self.emit(d, "_forget_stacks()")     # the last stack shared by the flushes
         if swapping and pushing:
             self.emit(d, f"_swt{itv}()")     # also after a loop shorter than TICK_EVERY
         for x in f.exits:

@@ -33,7 +33,7 @@ from dcf.ops.concat_slots import claim
 from dcf.ops.gpu_raw import RawLoop, c_contiguous, row_stride
 
 __all__ = ["concat_gpu", "sum_gpu", "split_gpu", "matmul_gpu", "gemm", "gemm_accumulate",
-           "colsum_accumulate", "stack_rows", "STACK_ROWS_MAX"]
+           "colsum_accumulate", "stack_rows", "forget_stacks", "STACK_ROWS_MAX"]
 
 _D2D = 3   # cudaMemcpyDeviceToDevice
 _ident = threading.get_ident
@@ -320,10 +320,16 @@ _STACK_BODY = ("    const long long j = i / per; const T* p = p0;\n    switch (j
 _STACK_RAW = RawLoop("dcf_stack_rows", _STACK_PARAMS, _STACK_BODY)
 
 
+_LAST_STACK: dict = {}   # thread -> [(the inputs, the stack)] of its last two stack_rows
+
+
 def stack_rows(xp, xs: list) -> Any:
     """xs (arrays of one shape and dtype) one after another along axis 0, as one new
     C-contiguous array: xp.concatenate(xs), as one raw kernel where it can be (up to
-    STACK_ROWS_MAX C-contiguous float arrays on one device)."""
+    STACK_ROWS_MAX C-contiguous float arrays on one device). The same arrays stacked
+    again by the same thread, with at most one other stack between, give the same stack
+    (a loop's weight and bias gradients stack the same terms; `forget_stacks` drops
+    them)."""
     first = xs[0]
     k = len(xs)
     if k == 1:
@@ -333,11 +339,26 @@ def stack_rows(xp, xs: list) -> Any:
             RawLoop.available(xp) and all(
                 type(x) is xp.ndarray and x.shape == first.shape and x.dtype == first.dtype
                 and c_contiguous(x) and x.data.device_id == first.data.device_id for x in xs):
+        t = _ident()
+        last = _LAST_STACK.get(t)
+        if last is None:
+            last = _LAST_STACK[t] = []
+        for ins, stacked in last:
+            if len(ins) == k and all(a is b for a, b in zip(ins, xs)):
+                return stacked
         out = xp.ndarray((k * first.shape[0],) + first.shape[1:], first.dtype)
         ptrs = tuple(xs) + (first,) * (STACK_ROWS_MAX - k)
         _STACK_RAW(xp, first.dtype, k * first.size, ptrs + (np.int64(first.size), out))
+        last.append((tuple(xs), out))
+        if len(last) > 2:
+            del last[0]
         return out
     return xp.concatenate(xs, axis=0)
+
+
+def forget_stacks() -> None:
+    """Drop this thread's last stacks (and their hold on the stacked arrays)."""
+    _LAST_STACK.pop(_ident(), None)
 
 
 def gemm(xp, a, b, transpose_a: bool, transpose_b: bool) -> Any:

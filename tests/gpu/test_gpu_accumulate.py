@@ -123,3 +123,29 @@ def test_an_lstm_gradient_with_fused_accumulations_equals_the_cpu(fused_accumula
     for run_cpu, run_gpu in zip(cpu, gpu):
         for a, b in zip(run_cpu, run_gpu):
             np.testing.assert_allclose(b, a, rtol=2e-4, atol=2e-6 * np.abs(a).max())
+
+
+def test_stack_rows_gives_the_same_arrays_the_stack_it_made_last(cp):
+    """The last two stacks of a thread are kept: a loop's weight and bias gradients stack
+    the same terms. Other arrays (or equal values in other arrays) get a stack of their
+    own; forget_stacks drops them."""
+    from dcf.ops.gpu_kernels import forget_stacks, stack_rows
+
+    if gpu_devices.is_fake():
+        pytest.skip("the stand-in concatenates (no raw kernels)")
+    rng = np.random.default_rng(6)
+    xs = [cp.asarray(rng.standard_normal((2, 5)).astype(np.float32)) for _ in range(4)]
+    ys = [cp.asarray(rng.standard_normal((2, 3)).astype(np.float32)) for _ in range(4)]
+    forget_stacks()
+    sx = stack_rows(cp, xs)
+    sy = stack_rows(cp, ys)
+    assert stack_rows(cp, xs) is sx and stack_rows(cp, ys) is sy
+    copies = [x.copy() for x in xs]
+    sc = stack_rows(cp, copies)
+    assert sc is not sx
+    np.testing.assert_array_equal(cp.asnumpy(sc), cp.asnumpy(sx))
+    assert stack_rows(cp, xs[:3]) is not sx                      # fewer arrays
+    forget_stacks()
+    again = stack_rows(cp, xs)
+    assert again is not sx
+    np.testing.assert_array_equal(cp.asnumpy(again), np.concatenate([cp.asnumpy(x) for x in xs]))
