@@ -412,7 +412,7 @@ class _Codegen:
             self.env["_forget_stacks"] = forget_stacks
             self.emit(d, "_forget_stacks()")     # the last stack shared by the flushes
         if swapping and pushing:
-            self.emit(d, f"_swt{itv}()")     # also after a loop shorter than TICK_EVERY
+            self.emit(d, f"_swt{itv}(True)")     # at its end: pays all that is owed
         for x in f.exits:
             self.mayd[(x.id, 0)] = entry_dead  # a live loop always ends with live exits
         return f.exits
@@ -1177,12 +1177,12 @@ def _device_grouped(items: dict, gpu_of: dict, name: str) -> list:
 def _ticker(gpus: list, pushing: bool) -> Any:
     """A function ticking the swapper of each GPU that has something to do (in a loop
     that pushes saved values, or one that pops them)."""
-    def tick() -> None:
+    def tick(end: bool = False) -> None:
         for g in gpus:
             sw = g.swapper
             if sw.out or (sw.stacks if pushing else sw.host):
                 g.make_current()
-                sw.tick(pushing)
+                sw.tick(pushing, end)
     return tick
 
 

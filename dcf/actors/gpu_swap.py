@@ -166,10 +166,12 @@ class _Swapper:
         stack.items.append(value)
         self.tick(True)
 
-    def tick(self, pushing: bool) -> None:
+    def tick(self, pushing: bool, end: bool = False) -> None:
         """Finish copies that are done; then, in a loop that pushes, owe the bytes pool
         use is over the threshold (less those already on their way out) and start paying
-        them; in one that pops, bring swapped entries back ahead of their pops."""
+        them -- all of them at the loop's `end`, where no later tick would (a debt under
+        a batch's worth waits for more otherwise); in one that pops, bring swapped
+        entries back ahead of their pops."""
         if self.out:
             self.collect()
         if pushing:
@@ -179,7 +181,7 @@ class _Swapper:
                 over = used - self._limit - self.out_bytes
                 self.owed = over if over > 0 else 0
                 if over > 0:
-                    self.pump()
+                    self.pump(force=end)
         else:
             if self.stacks:
                 self._forget_heads()           # pops may have changed the entries
