@@ -2,7 +2,7 @@
 settings, their steps alternating (A B B A ...): median ms per step of each and the median
 of the rounds' paired ratios B / A (bench/NOTES.md, "GPU, sessions 18 and 20").
 
-    python -m bench.probes.compile_ab KIND ROUNDS [A B]   # KIND as in spy_workload: chain2_32, mp2_32
+    python -m bench.probes.compile_ab KIND ROUNDS [A B]   # KIND as in spy_workload: mp2_32, ...
 
 A and B (default `s17 now`): `s17` is session 17's frame compiler settings -- four GPU marks
 per parallel_iterations window, a yield every 2 ms (the current one too; session 18's calls

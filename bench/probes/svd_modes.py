@@ -13,11 +13,13 @@ without, the collector is off for all the rounds. With --pause MS every timed st
 MS ms of sleep (the device idles as it does during a collection, the host's caches stay warm).
 
 MODE: `base` (the current settings), `s17` (session 17's: 4 marks a window, a yield every
-2 ms; during session 18's calls the current settings yielded every 5 ms), `markN` (N marks a window), `yieldMS` (a yield every MS ms), `nomark`, `noyield`,
+2 ms; during session 18's calls the current settings yielded every 5 ms), `markN` (N
+marks a window), `yieldMS` (a yield every MS ms), `nomark`, `noyield`,
 `noacc` (a probe of what the backward loop's in-place gradient accumulations cost: after
 a loop's first iteration they do nothing, so its gradients are WRONG), `nohold` (each
 accumulation term added in its own iteration, as before session 20), `chunkN` (N terms
-added at once), `shareX` / `rowsN` (accumulate.HOLD_SHARE / HOLD_ROWS), or several joined by `+` (bench/NOTES.md, "GPU, sessions 18 and 20")."""
+added at once), `shareX` / `rowsN` (accumulate.HOLD_SHARE / HOLD_ROWS), or several
+joined by `+` (bench/NOTES.md, "GPU, sessions 18 and 20")."""
 import gc
 import itertools
 import statistics

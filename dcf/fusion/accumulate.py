@@ -37,16 +37,16 @@ one GEMM, then added to the accumulator once). The frame adds what is held when 
 loop ends, before anything reads the accumulator. Only terms whose rows are what is
 summed are held: a Sum over axis 0 of at most HOLD_ROWS rows, and a MatMul with
 transpose_a and not transpose_b whose operands are small next to the accumulator
-(HOLD_SHARE), of 2-D arrays of the accumulator's dtype (a strided one held as a
-contiguous copy, so that a value's layout -- a view on the device, a fresh array back from
-the host -- never changes what is summed how) and of one shape in the chunk (anything else adds what is held first, then goes on as above). Under a memory
-limit a term is held only while the device's use is below its swap threshold (held terms
-keep their memory; past it, what is held is added at once: the sums' last bits may then
-depend on memory pressure); with no limit, a chunk starts only below HOLD_DEVICE_SHARE
-of the device's own memory; and where the stacks find no room the held terms are added
-one by one. A held term is an array
-this frame keeps referring to: the in-place rules that look at reference counts
-(dcf/fusion/in_place.py, the swapper) see it held and leave it alone.
+(HOLD_SHARE), of 2-D arrays of the accumulator's dtype and of one shape in the chunk
+(anything else adds what is held first, then goes on as above). A strided operand is held
+as a contiguous copy, so that a value's layout (a view left on the device, a fresh array
+back from the host) never changes how the terms are summed. Under a memory limit a term
+is held only while the device's use is below its swap threshold (held terms keep their
+memory; past it, what is held is added at once, so the sums' last bits may depend on
+memory pressure); with no limit, a chunk starts only below HOLD_DEVICE_SHARE of the
+device's own memory; and where the stacks find no room the held terms are added one by
+one. A held term is an array this frame keeps referring to: the in-place rules that look
+at reference counts (dcf/fusion/in_place.py, the swapper) see it held and leave it alone.
 """
 
 from __future__ import annotations
@@ -67,7 +67,8 @@ CHUNK = 16
 # accumulator's bytes: each term added alone reads and writes the whole accumulator,
 # and stacking the operands writes and reads them once more (and from memory rather than
 # the cache they were just made in). On an H200, LSTM 512 (accumulator 8 MiB): held at
-# batch 64-256 the step was 10-12 % faster, at batch 512 (operands 6 MiB) 15 % slower.
+# batch 64-256 the step was 10-12 % faster; at batch 512 (operands 6 MiB), where the GEMMs
+# bound the step, 15 % slower in one run and 5 % faster in another.
 HOLD_SHARE = 0.5
 # A column sum's term is held only up to this many rows: its kernel has a thread per
 # column that adds the rows in order, so a stack of tall terms is a long serial sum.
