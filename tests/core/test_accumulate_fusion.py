@@ -304,3 +304,24 @@ def test_with_no_limit_no_chunk_starts_past_the_threshold_of_the_device_memory(
     for a, w in zip(got, want):
         np.testing.assert_allclose(a, w, rtol=1e-5, atol=1e-4)
     assert [(f.in_place, f.flushes) for f in fused] == [(19, 0), (19, 0)]
+
+
+@pytest.mark.parametrize("draw", range(10))
+def test_lstm_gradients_with_held_terms_equal_the_cpu(fake_gpus, fused, draw):
+    """Drawn LSTMs (1-40 steps, batch 1-6, 8-64 units, 1-2 layers on one or two GPUs,
+    parallel_iterations 1-32, one or two runs a session): the gradients equal the CPU's."""
+    import random
+
+    rng = random.Random(draw)
+    steps, batch, units = rng.randint(1, 40), rng.randint(1, 6), rng.choice([8, 16, 32, 64])
+    layers, runs, pi = rng.choice([1, 2]), rng.choice([1, 2]), rng.choice([1, 4, 32])
+    devs = "/gpu:0" if layers == 1 or rng.random() < 0.5 else ["/gpu:0", "/gpu:1"]
+    xv = np.random.default_rng(draw).standard_normal(
+        (steps, batch, rng.randint(2, 12))).astype(np.float32)
+    cpu = lstm_gradients("/cpu:0", xv, units, layers=layers, runs=runs, parallel_iterations=pi)
+    gpu = lstm_gradients(devs, xv, units, layers=layers, runs=runs, parallel_iterations=pi)
+    for run_cpu, run_gpu in zip(cpu, gpu):
+        for a, b in zip(run_cpu, run_gpu):
+            np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5 * max(1.0, np.abs(a).max()))
+    if steps > 2:           # iterations 1.. of each backward loop held their terms
+        assert all(f.flushes for f in fused) and list(fused)
