@@ -54,8 +54,8 @@ from __future__ import annotations
 from typing import Any
 
 from dcf.errors import node_error
-from dcf.ops.gpu_kernels import STACK_ROWS_MAX, colsum_accumulate, gemm_accumulate, \
-    stack_rows
+from dcf.ops.gpu_kernels import STACK_ROWS_MAX, colsum_accumulate, forget_stacks, \
+    gemm_accumulate, stack_rows
 from dcf.ops.gpu_raw import c_contiguous
 from dcf.ops.registry import Kind
 
@@ -250,6 +250,8 @@ class FusedAccumulate:
         self.in_place += 1
         if len(held) > self.chunk + 1:
             self.flush(held, it)
+        else:                   # the stacks of the last flushes are not needed again
+            forget_stacks()
         return acc
 
     def _add(self, acc: Any, args: tuple, it: Any) -> Any:

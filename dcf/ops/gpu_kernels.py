@@ -328,8 +328,8 @@ def stack_rows(xp, xs: list) -> Any:
     C-contiguous array: xp.concatenate(xs), as one raw kernel where it can be (up to
     STACK_ROWS_MAX C-contiguous float arrays on one device). The same arrays stacked
     again by the same thread, with at most one other stack between, give the same stack
-    (a loop's weight and bias gradients stack the same terms; `forget_stacks` drops
-    them)."""
+    (a loop's weight and bias gradients stack the same terms in one iteration;
+    `forget_stacks`, called at the next term held, drops them)."""
     first = xs[0]
     k = len(xs)
     if k == 1:
@@ -358,7 +358,8 @@ def stack_rows(xp, xs: list) -> Any:
 
 def forget_stacks() -> None:
     """Drop this thread's last stacks (and their hold on the stacked arrays)."""
-    _LAST_STACK.pop(_ident(), None)
+    if _LAST_STACK:
+        _LAST_STACK.pop(_ident(), None)
 
 
 def gemm(xp, a, b, transpose_a: bool, transpose_b: bool) -> Any:
