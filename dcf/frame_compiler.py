@@ -927,7 +927,7 @@ class _Codegen:
         if fc is not None:      # one call for n and what it absorbed, told the iteration
             fn = self.env[f"f{n.id}"] = fc[1](self.cf.plan.gpu_of[n.id], n)
             it = itv if n.frame.parent is not None else "None"     # the root has no counter
-            if hasattr(fn, "flush"):
+            if getattr(fn, "holds_terms", False):
                 # it keeps terms for this run of the loop in a list of its own, which it
                 # adds up when the loop ends (dcf/fusion/accumulate.py); None: it keeps none
                 if itv not in self.held:

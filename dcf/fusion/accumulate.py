@@ -160,6 +160,8 @@ class FusedAccumulate:
     loop ([] before the loop; `flush(held, iteration)` after it), or None (no terms
     held)."""
 
+    holds_terms = True    # (the frame compiler gives its calls a held list per loop run)
+
     def __init__(self, gpu: Any, add: Any, term: Any, kind: str, acc_pos: int) -> None:
         self.gpu = gpu
         self.cp = gpu.cp
