@@ -278,15 +278,12 @@ class FusedAccumulate:
         it = args[-2]
         args = args[:-2]
         if not it:        # the value came from outside the loop: a new array
-            if held:
-                self.flush(held, it)
-            p = self._term(args, it)
+            p = self._term(args, it)    # (held is a new, empty list in every run)
             return self.add.fn(acc, p) if self.acc_pos == 0 else self.add.fn(p, acc)
         if held:
             # the chunk's next term: the same accumulator, operands of the first one's
             # shapes (their dtypes are the graph's, the same in every iteration)
-            if held[0] is acc and self._same(held[1], args) and \
-                    (self.gpu.limit is None or self._room(False)):
+            if held[0] is acc and self._same(held[1], args) and self._room(False):
                 return self._hold(held, acc, args, it)
             self.flush(held, it)
         if held is not None and self._holds(acc, args) and self._room(True):
