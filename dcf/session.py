@@ -391,6 +391,8 @@ async def _gather_fail_fast(coros: list) -> list:
         for t in tasks:
             if not t.done():
                 t.cancel()
+            elif not t.cancelled():
+                t.exception()     # retrieved (a partition's own interrupt, say): no report
 
 
 def _to_numpy(v: Any) -> Any:
@@ -507,13 +509,18 @@ class Session:
             running = False
         with self._lock:
             if not running and self._thread is None:
-                return self._private_loop().run_until_complete(coro)
+                return _run_to_end(self._private_loop(), coro)
             if self._thread is None:
                 loop = self._private_loop()
                 self._thread = threading.Thread(target=loop.run_forever, daemon=True,
                                                 name="dcf-session-loop")
                 self._thread.start()
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return fut.result()
+        except BaseException:       # Ctrl-C while this thread waits: the run stops too
+            fut.cancel()
+            raise
 
     def run(self, fetches: Any, feed_dict: dict | None = None, options: RunOptions | None = None,
             run_metadata: RunMetadata | None = None) -> Any:
@@ -545,6 +552,28 @@ class Session:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _run_to_end(loop: asyncio.AbstractEventLoop, coro: Any) -> Any:
+    """loop.run_until_complete(coro), and where an interrupt (Ctrl-C: KeyboardInterrupt
+    raised in whatever the loop was running, a partition's task included) stops the loop
+    first, the run's task is cancelled and the loop driven until it has unwound (its
+    partitions cancelled, the step aborted), so that the interrupt is raised once and
+    the session's next run or close finds no half-run step. A second interrupt while it
+    unwinds goes out as it is."""
+    task = loop.create_task(coro)
+    try:
+        return loop.run_until_complete(task)
+    except BaseException:
+        if not task.done():
+            task.cancel()
+            try:
+                loop.run_until_complete(task)
+            except (asyncio.CancelledError, Exception):
+                pass
+        elif not task.cancelled():
+            task.exception()                  # retrieved: no "never retrieved" report
+        raise
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:
