@@ -32,8 +32,8 @@ def _loop_kind(kind: str, monkeypatch) -> None:
         monkeypatch.setattr(session_mod, "_new_loop", asyncio.new_event_loop)
 
 
-def _graph(started: threading.Event):
-    """Newton's iteration for sqrt(x) over two CPU devices, n iterations; the body tells
+def _graph(started: threading.Event, devices=("/cpu:0", "/cpu:1")):
+    """Newton's iteration for sqrt(x) over two devices, n iterations; the body tells
     `started` when it runs."""
     x = dcf.placeholder(dcf.float64, (None,), name="x")
     n = dcf.placeholder(dcf.int32, (), name="n")
@@ -44,12 +44,15 @@ def _graph(started: threading.Event):
         return i
 
     def body(i, y):
-        with dcf.device("/cpu:1"):
+        with dcf.device(devices[1]):
             z = x / y
         i = dcf.reshape(dcf.py_func(mark, [i], dcf.int32), [])
-        return i + 1, 0.5 * (y + z)
+        with dcf.device(devices[0]):
+            return i + 1, 0.5 * (y + z)
 
-    _, y = dcf.while_loop(lambda i, y: i < n, body, (0, x + 1.0), parallel_iterations=4)
+    with dcf.device(devices[0]):
+        y0 = x + 1.0
+    _, y = dcf.while_loop(lambda i, y: i < n, body, (0, y0), parallel_iterations=4)
     return x, n, y
 
 
@@ -92,6 +95,26 @@ def test_interrupt_stops_the_run_once(kind, compiled, monkeypatch, caplog) -> No
     # trace=True keeps the run on the event loop (no inline path) with compiled frames
     opts = dcf.RunOptions(trace=True)
     sess = dcf.Session(config=dcf.SessionConfig(compile_frames=compiled))
+    np.testing.assert_allclose(sess.run(y, {x: data, n: 30}, options=opts), np.sqrt(data))
+    started.clear()
+    t = _interrupt_when(started)
+    with pytest.raises(KeyboardInterrupt):
+        sess.run(y, {x: data, n: 10**9}, options=opts)
+    t.join(5)
+    _again_and_close(sess, lambda: sess.run(y, {x: data, n: 30}, options=opts), np.sqrt(data))
+    _no_unretrieved(caplog)
+
+
+@pytest.mark.parametrize("trace", [True, False])
+def test_interrupt_stops_a_run_on_gpus(trace, fake_gpus, caplog) -> None:
+    """The same over two (stand-in) GPUs: on the event loop (traced: the GPUs' actors)
+    and without one (the GPUs' fused plan run inline)."""
+    caplog.set_level(logging.ERROR, logger="asyncio")
+    started = threading.Event()
+    x, n, y = _graph(started, ("/gpu:0", "/gpu:1"))
+    data = np.array([2.0, 9.0, 30.0])
+    opts = dcf.RunOptions(trace=trace)
+    sess = dcf.Session()
     np.testing.assert_allclose(sess.run(y, {x: data, n: 30}, options=opts), np.sqrt(data))
     started.clear()
     t = _interrupt_when(started)
