@@ -388,10 +388,13 @@ async def _gather_fail_fast(coros: list) -> list:
                 raise t.exception()
         return [t.result() for t in tasks]
     finally:
+        left = [t for t in tasks if not t.done()]
+        for t in left:
+            t.cancel()
+        if left:        # they unwind (their devices' steps end) before this run ends
+            await asyncio.wait(left)
         for t in tasks:
-            if not t.done():
-                t.cancel()
-            elif not t.cancelled():
+            if not t.cancelled():
                 t.exception()     # retrieved (a partition's own interrupt, say): no report
 
 

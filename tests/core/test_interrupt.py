@@ -75,6 +75,13 @@ def _again_and_close(sess, run, expected) -> None:
         pytest.fail("a second KeyboardInterrupt came out after the interrupted run")
 
 
+def _nothing_pending(sess) -> None:
+    """No task of the interrupted run is left on the session's private loop (each of its
+    partitions has unwound, its device's step ended)."""
+    left = [t for t in asyncio.all_tasks(sess._loop) if not t.done()]
+    assert not left, left
+
+
 def _no_unretrieved(caplog) -> None:
     gc.collect()
     bad = [r.getMessage() for r in caplog.records if "never retrieved" in r.getMessage()]
@@ -101,6 +108,7 @@ def test_interrupt_stops_the_run_once(kind, compiled, monkeypatch, caplog) -> No
     with pytest.raises(KeyboardInterrupt):
         sess.run(y, {x: data, n: 10**9}, options=opts)
     t.join(5)
+    _nothing_pending(sess)
     _again_and_close(sess, lambda: sess.run(y, {x: data, n: 30}, options=opts), np.sqrt(data))
     _no_unretrieved(caplog)
 
@@ -121,6 +129,8 @@ def test_interrupt_stops_a_run_on_gpus(trace, fake_gpus, caplog) -> None:
     with pytest.raises(KeyboardInterrupt):
         sess.run(y, {x: data, n: 10**9}, options=opts)
     t.join(5)
+    if trace:
+        _nothing_pending(sess)
     _again_and_close(sess, lambda: sess.run(y, {x: data, n: 30}, options=opts), np.sqrt(data))
     _no_unretrieved(caplog)
 
