@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from bench import gpu_common as G
-from bench.harness import Result, Stats, base_argparser, report
+from bench.harness import Result, Stats, base_argparser, host_python_seconds, report
 
 BENCH = "model_parallel"
 
@@ -139,8 +139,13 @@ def main(argv: list[str] | None = None) -> dict:
         st = Stats.from_samples(samples)
         times[n] = st.median
         results.append(Result.from_stats("dcf", f"step ms devices={n}", st))
-        print(f"  devices={n}: {st.median * 1e3:9.2f} ms/step  layers on {m.layer_devices}",
-              flush=True)
+        # the core's speed right after: where the step is host-bound (the 2-GPU forward
+        # loop at 1024 units), its time follows it (bench/NOTES.md, "GPU, session 21")
+        host = host_python_seconds()
+        results.append(Result.from_stats("host", f"python loop us devices={n}", host,
+                                         unit="us", scale=1e6))
+        print(f"  devices={n}: {st.median * 1e3:9.2f} ms/step  layers on {m.layer_devices}"
+              f"  (host: python loop {host.median * 1e6:.1f} us)", flush=True)
         del m
         G.release_device_memory()
     ratios = {f"speedup devices={n}": times[counts[0]] / t for n, t in times.items()}
