@@ -20,12 +20,12 @@ from bench import gpu_common as G
 from bench.probes.spy_workload import build
 from bench.probes.svd_modes import _apply
 
-_NOW = (fc.MARKS_PER_WINDOW, fc._YIELD_S, fc._only_predicate)
+_ONLY_PREDICATE = fc._only_predicate
 
 
 def _settings(mode: str) -> None:
-    fc.MARKS_PER_WINDOW, fc._YIELD_S, fc._only_predicate = _NOW
-    _apply("base")
+    _apply("base")      # svd_modes' defaults: marks, yields, accumulations
+    fc._only_predicate = _ONLY_PREDICATE
     if mode == "s17":
         fc.MARKS_PER_WINDOW, fc._YIELD_S, fc._only_predicate = 4, 0.002, lambda n: False
     elif mode != "now":

@@ -6,21 +6,16 @@ workloads' own printout, or `bench.probes.mp_small_batch`).
     python -m bench.probes.spy_diff A.txt A_STEP_MS B.txt B_STEP_MS [rows]
 """
 import collections
-import re
 import sys
+
+from bench.probes.spy_summary import short, timed_samples
 
 
 def per_line(path: str) -> tuple:
     lines, total = collections.Counter(), 0
-    for rec in open(path):
-        stack, _, n = rec.rstrip().rpartition(" ")
-        frames = stack.split(";")
-        if not any(f.startswith(("timed (", "main.<locals>.timed (")) for f in frames):
-            continue
-        total += int(n)
-        m = re.match(r"(.*) \((.*)\)$", frames[-1])
-        leaf = f"{m.group(1)} ({m.group(2).split('site-packages/')[-1]})" if m else frames[-1]
-        lines[leaf] += int(n)
+    for frames, n in timed_samples(path):
+        total += n
+        lines[short(frames[-1])] += n
     return lines, total
 
 
