@@ -172,6 +172,7 @@ class _Codegen:
         self.esc_flag: set[int] = set()               # known nodes whose dead flag is read
         self.next_expr: dict[int, str] = {}           # NextIteration -> its value's variable
         self.stack_flag: dict[tuple, str] = {}        # (handle variable, on a GPU) -> flag
+        self.early: dict[tuple, int] = {}             # root value -> its early fetch index
 
     def plan_fusion(self, f: FrameInfo) -> None:
         gpu_of = self.cf.plan.gpu_of
@@ -280,15 +281,45 @@ class _Codegen:
         for ref in self.cf.feeds:
             self.emit(1, f"v{ref.id}_0 = _feeds[{ref.id[1:]}]")
         self.plan_fusion(root)
-        self.scope(self.order(root, []), 1, "_root_it", None,
+        self.plan_early_fetches(root)
+        for fi in sorted(set(self.early.values())):
+            self.emit(1, f"_ef{fi} = None")
+        self.scope(self.order(root, [], {i for i, _ in self.early}), 1, "_root_it", None,
                    reads=list(self.cf.plan.fetch_refs))
-        outs = [self.val(n, k) for n, k in self.cf.plan.fetch_refs]
+        outs = []
+        for n, k in self.cf.plan.fetch_refs:
+            fi = self.early.get((n.id, k))
+            v = self.val(n, k)
+            outs.append(v if fi is None else f"(_ef{fi} if _ef{fi} is not None else {v})")
         self.emit(1, "return [" + ", ".join(outs) + "]")
         src = "\n".join(self.lines)
         fname = f"<dcf root #{next(_counter)}>"
         ns: dict[str, Any] = dict(self.env)
         exec(compile(src, fname, "exec"), ns)
         return _with_errors(ns["root"], fname, self.line_node)
+
+    def plan_early_fetches(self, root: FrameInfo) -> None:
+        """(node id, output) -> fetch index of the root's fetched GPU values whose copy to
+        the host may start where they are made (dcf/fused.py, FRESH_OUTPUT_OPS)."""
+        plan = self.cf.plan
+        if not plan.early_fetch or not plan.gpu_of:
+            return
+        from dcf.actors.gpu_actor import early_fetch
+        from dcf.fused import FRESH_OUTPUT_OPS
+
+        for fi, (n, k) in enumerate(plan.fetch_refs):
+            if isinstance(n, NodeInfo) and n.frame is root and n.id in plan.gpu_of and \
+                    n.type in FRESH_OUTPUT_OPS and n.id not in self.fuse_skip:
+                self.early.setdefault((n.id, k), fi)
+        if self.early:
+            self.env["_efetch"] = early_fetch
+
+    def start_early_fetches(self, n: NodeInfo, d: int) -> None:
+        """Right after root node n's code: start the copies of its early fetches."""
+        for k in range(n.n_out):
+            fi = self.early.get((n.id, k))
+            if fi is not None:
+                self.emit(d, f"_ef{fi} = _efetch(v{n.id}_{k}, {fi})")
 
     def frame_loop(self, f: FrameInfo, enters: list[NodeInfo], d: int,
                    enter_expr: dict[int, str], entry_dead: bool) -> list[NodeInfo]:
@@ -464,8 +495,9 @@ class _Codegen:
             self.emit(d, f"v{x.id}_0 = x{x.id}")
             self.node_dead[x.id] = f"(v{x.id}_0 is DEAD)"
 
-    def order(self, f: FrameInfo, loop_merges: list[NodeInfo]) -> list:
-        """Topological order of one iteration; nested frames appear as one block."""
+    def order(self, f: FrameInfo, loop_merges: list[NodeInfo], hoist: Any = ()) -> list:
+        """Topological order of one iteration; nested frames appear as one block. The
+        nodes whose ids are in `hoist` come right after the last item they need."""
         block_of: dict[int, FrameInfo] = {}
         for g in f.children:
             for n in self.cf.plan.nodes:
@@ -496,7 +528,7 @@ class _Codegen:
                         items[k].add(sk)
         gpu_of = self.cf.plan.gpu_of
         if len({id(gpu_of[n.id]) for n in own if n.id in gpu_of}) > 1:
-            return _device_grouped(items, gpu_of, f.name)
+            return _hoisted(_device_grouped(items, gpu_of, f.name), items, hoist)
         out, done = [], set()
         pending = dict(items)
         while pending:
@@ -509,7 +541,7 @@ class _Codegen:
                     progress = True
             if not progress:
                 raise _NotCompilable(f"cycle in frame {f.name}")
-        return out
+        return _hoisted(out, items, hoist)
 
     # ---------------------------------------------------------------- guards
     # A value's guard says exactly when it is live: a conjunction of literals
@@ -778,6 +810,8 @@ class _Codegen:
                     self.exit_(n, d)
                 else:
                     self.node(n, d, itv)
+                    if self.early and nexts is None:
+                        self.start_early_fetches(n, d)
                 continue
             if what == "rtframe":
                 self.goto(stack, (), d)
@@ -822,6 +856,8 @@ class _Codegen:
                 self.known_merge(n, e, info)
             else:
                 self.known_kernel(n, e, itv)
+                if self.early and nexts is None:
+                    self.start_early_fetches(n, e)
             self.defined(stack, e, n, range(n.n_out if what == "kernel" else 2), full)
         last = [f"if x{n.id} is DEAD: x{n.id} = {self.kval(*self.inputs(n)[0])}"
                 for n, _ in captures]  # (nothing in the iteration reads an Exit's variable)
@@ -1131,6 +1167,20 @@ class _Codegen:
         for k in range(n.n_out):
             self.mayd[(n.id, k)] = maybe_dead
         self.node_dead[n.id] = f"d{n.id}" if maybe_dead else None
+
+
+def _hoisted(out: list, items: dict, hoist: Any) -> list:
+    """`out` (a topological order of `items`) with each node whose id is in `hoist` moved
+    right after the last item it needs (still a topological order: nothing it needs
+    moves, and what needs it stays after it)."""
+    if not hoist:
+        return out
+    for k in [k for k in out if isinstance(k, NodeInfo) and k.id in hoist]:
+        out.remove(k)
+        deps = items[k]
+        at = max((i for i, x in enumerate(out) if x in deps), default=-1) + 1
+        out.insert(at, k)
+    return out
 
 
 def _device_grouped(items: dict, gpu_of: dict, name: str) -> list:

@@ -24,6 +24,17 @@ may be in flight (the compiled loop waits for the events of iteration
 t - parallel_iterations before it enqueues more), which is the paper's meaning of the
 knob for asynchronous devices.
 
+A fetched device value made by an op that always writes a new array (a reduction, an
+elementwise op, a product: FRESH_OUTPUT_OPS) is copied to the host where the compiled
+code makes it, on the d2h stream after an event there, and the generated code emits it
+as early as its inputs allow. So a run that fetches its loss returns once the host has
+enqueued the whole step and that copy is done, without waiting for the GPUs to finish
+the rest (the backward loop's tail, the weight updates); the next run's kernels queue
+behind them on the same streams, and its host work overlaps them (JAX's asynchronous
+dispatch does the same). Other fetched values (a variable's read, a view, a loop's
+result) are copied after the whole step, as before: a later op of the step may still
+write them in place.
+
 A run uses this form when it is not traced and `SessionConfig(compile_frames=True,
 fuse_devices=True)`; otherwise, or when the graph does not compile (a waiting op such
 as a queue dequeue, a frame shape the compiler refuses), it runs partitioned.
@@ -49,6 +60,22 @@ from dcf.plan import ExecPlan, PNode, build_plan, nodes_from_ops
 __all__ = ["build_fused", "FusedActor", "FUSED"]
 
 FUSED = "<fused>"    # the actor key of a session's fused plans
+
+
+# Ops whose output is always a new array (never an input, a view of one, or a variable's
+# buffer), so that its copy to the host may start where it is made (see above). Off:
+# every fetch is copied after the step (`python -m bench.probes.switch_ab
+# dcf.fused:EARLY_FETCH ...` compares the two in one process).
+EARLY_FETCH = True
+FRESH_OUTPUT_OPS = frozenset({
+    "Sum", "Mean", "Max", "Min", "Prod", "ArgMax", "ArgMin",
+    "Add", "Sub", "Mul", "RealDiv", "FloorDiv", "FloorMod", "Pow", "Maximum", "Minimum",
+    "Abs", "Neg", "Sign", "Square", "Sqrt", "Rsqrt", "Exp", "Log", "Log1p", "Sin", "Cos",
+    "Tanh", "Sigmoid", "Relu", "Softplus",
+    "Equal", "NotEqual", "Less", "LessEqual", "Greater", "GreaterEqual",
+    "MatMul", "BatchMatMulV2", "Softmax", "LogSoftmax",
+    "SoftmaxCrossEntropyWithLogits", "SparseSoftmaxCrossEntropyWithLogits",
+})
 
 
 def _gpu_index(dev: str) -> int | None:
@@ -125,6 +152,7 @@ def build_fused(ops: list[Operation], device_of: dict[Operation, str],
             if g not in gpus:
                 gpus[g] = GpuDevice.get(g)
             plan.gpu_of[n.id] = gpus[g]
+    plan.early_fetch = EARLY_FETCH
     compile_frames(plan)
     return plan if plan.compiled_root is not None else None
 

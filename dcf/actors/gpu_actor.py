@@ -22,7 +22,7 @@ import contextlib
 import functools
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, NamedTuple
 
 import numpy as np
 
@@ -36,7 +36,7 @@ from dcf.ops.registry import OPS, Kind
 from dcf.resources import DeviceResources
 from dcf.token import DEAD
 
-__all__ = ["GpuActor", "GpuResources", "make_gpu_actor"]
+__all__ = ["GpuActor", "GpuResources", "make_gpu_actor", "EarlyFetch", "early_fetch"]
 
 
 # ------------------------------------------------------------- kernel binding
@@ -344,12 +344,39 @@ class GpuActor(DeviceActor):
         return ex
 
 
+class EarlyFetch(NamedTuple):
+    """A fetched device value whose copy to the host started where it was made."""
+
+    host: np.ndarray
+    event: Any
+    owner: GpuDevice
+
+
+def early_fetch(v: Any, k: int) -> EarlyFetch | None:
+    """Start copying fetch k to pinned host memory now, on its GPU's d2h stream after an
+    event recorded on its compute stream here (the compiled root calls this right after
+    the op that made it: dcf/fused.py); None where v is not a device array."""
+    if type(v) is _PeerValue:
+        v = v.array
+    dev = getattr(v, "device", None)
+    if dev is None or not hasattr(v, "__cuda_array_interface__"):
+        return None
+    owner = GpuDevice.get(dev.id)
+    host, ev = owner.to_host_async(v, f"fetch {k}")
+    return EarlyFetch(host, ev, owner)
+
+
 def start_fetches(results: list) -> list:
     """Start copying every device array among a run's `results` to pinned host memory,
     each on its own GPU's d2h stream; results[k] becomes the (not yet filled) host
-    array. Returns [(k, host array, copy event, GpuDevice)] for end_fetches."""
+    array. Returns [(k, host array, copy event, GpuDevice)] for end_fetches. A copy
+    started early (an EarlyFetch) is only waited for."""
     pending = []
     for k, v in enumerate(results):
+        if type(v) is EarlyFetch:
+            results[k] = v.host
+            pending.append((k, v.host, v.event, v.owner))
+            continue
         if type(v) is _PeerValue:
             v = v.array
         dev = getattr(v, "device", None)
