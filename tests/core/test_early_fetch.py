@@ -127,3 +127,20 @@ def test_a_fetch_on_an_untaken_branch_is_still_an_error(fake_gpus, dead):
                 sess.run(s, {p: False})
         else:
             assert float(sess.run(s, {p: True})) == 4.0
+
+
+def test_a_run_on_one_gpu_alone_copies_its_loss_early_too(fake_gpus, sources):
+    """A graph wholly on one GPU runs as that GPU's partition (no fused plan): its
+    compiled root starts the loss's copy where it makes it as well."""
+    g, x, loss, train, _, read, init = _model("/gpu:0", "/gpu:0", marker=False)
+    with dcf.Session(graph=g) as sess:
+        sess.run(init)
+        for want in _expected_losses(3):
+            got, _ = sess.run([loss, train], {x: _X})
+            np.testing.assert_allclose(got, want, rtol=1e-5)
+    root = next(s for s in sources if "_efetch" in s)
+    lines = [ln.strip() for ln in root.splitlines()]
+    at = next(i for i, ln in enumerate(lines) if ln.startswith("_ef0 = _efetch("))
+    made = lines[at - 1].split(" = ")[0]           # the loss's variable, made just before
+    assert lines[at] == f"_ef0 = _efetch({made}, 0)"
+    assert at < max(i for i, ln in enumerate(lines) if ln.startswith(("v", "f")))
