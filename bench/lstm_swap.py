@@ -125,6 +125,8 @@ def _measure_paired(steps: dict, L: int, repeat: int, cpu: bool,
     live = [n for n, (_, st) in warm.items() if st == "ok"]
     for n in live:          # a second untimed run each, after every warm-up's allocations
         steps[n]()
+    if not cpu:
+        G.sync_all()
     samples: dict = {n: [] for n in live}
     try:
         for r in range(repeat):
@@ -133,6 +135,8 @@ def _measure_paired(steps: dict, L: int, repeat: int, cpu: bool,
                 gc.disable()
                 t0 = time.perf_counter()
                 steps[n]()
+                if not cpu:     # a run returns once its loss is copied, maybe before the
+                    G.sync_all()   # GPU is done (dcf/fused.py): time the whole step
                 samples[n].append((time.perf_counter() - t0) / L)
                 gc.enable()
     finally:

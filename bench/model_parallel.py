@@ -4,6 +4,14 @@ one contiguous group of layers per device (8 layers on 2 devices: 4 and 4). The
 backward loop is partitioned the same way (a GPU op's gradient is built on its
 device). Reported: step time and speedup over one device, for 1, 2, 4, ... devices.
 
+A run returns once the host has enqueued the step and its loss has reached the host,
+while the GPUs may still run the step's last backward iterations and the updates
+(dcf/fused.py, early fetches); the next run's work queues behind them. So a sample is
+the mean over --block consecutive steps as a training loop runs them, with no
+synchronisation (the steady state: every step starts and ends at the same point of the
+pipeline). "step ms synchronised" is the step with the GPUs synchronised after it (the
+run's latency, as before early fetches), for reference.
+
     python -m bench.model_parallel --out bench/results/model_parallel-DATE-CARD.json
     python -m bench.model_parallel --cpu --max-devices 2 --quick     # on CPU devices
 """
@@ -94,6 +102,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--steps", type=int, default=None, help="sequence length (default 100)")
     ap.add_argument("--parallel-iterations", type=int, default=32)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--block", type=int, default=3,
+                    help="consecutive steps per sample (their mean; default 3)")
     args = ap.parse_args(argv)
 
     cpu = args.cpu
@@ -111,7 +121,7 @@ def main(argv: list[str] | None = None) -> dict:
     config = {"card": "cpu" if cpu else G.card_name(0), "date": G.today(),
               "layers": args.layers, "units": U, "batch": B, "depth": D, "steps": T,
               "parallel_iterations": args.parallel_iterations, "device_counts": counts,
-              "repeat": repeat}
+              "repeat": repeat, "steps_per_sample": args.block}
     rng = np.random.default_rng(0)
     xv_host = (rng.standard_normal((T, B, D)) * 0.1).astype(np.float32)
     results: list[Result] = []
@@ -129,16 +139,28 @@ def main(argv: list[str] | None = None) -> dict:
                 G.gpu_device(0).activate()
                 xv = gpu_devices.backend().asarray(xv_host)
             losses[n] = m.step(xv)              # warm-up (and plan compilation)
+            m.step(xv)
             samples = []
             for _ in range(repeat):
                 t0 = time.perf_counter()
+                for _ in range(args.block):
+                    m.step(xv)
+                samples.append((time.perf_counter() - t0) / args.block)
+            synced = []
+            for _ in range(0 if cpu else repeat):
+                G.sync_all()
+                t0 = time.perf_counter()
                 m.step(xv)
-                samples.append(time.perf_counter() - t0)
+                G.sync_all()
+                synced.append(time.perf_counter() - t0)
         finally:
             m.close()
         st = Stats.from_samples(samples)
         times[n] = st.median
         results.append(Result.from_stats("dcf", f"step ms devices={n}", st))
+        if synced:
+            results.append(Result.from_stats("dcf", f"step ms synchronised devices={n}",
+                                             Stats.from_samples(synced)))
         # the core's speed right after: where the step is host-bound (the 2-GPU forward
         # loop at 1024 units), its time follows it (bench/NOTES.md, "GPU, session 21")
         host = host_python_seconds()
