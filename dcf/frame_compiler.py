@@ -302,14 +302,16 @@ class _Codegen:
         """(node id, output) -> fetch index of the root's fetched GPU values whose copy to
         the host may start where they are made (dcf/fused.py, FRESH_OUTPUT_OPS)."""
         plan = self.cf.plan
-        if not plan.early_fetch or not plan.gpu_of:
+        if not plan.gpu_of:
             return
+        from dcf import fused
         from dcf.actors.gpu_actor import early_fetch
-        from dcf.fused import FRESH_OUTPUT_OPS
 
+        if not fused.EARLY_FETCH:
+            return
         for fi, (n, k) in enumerate(plan.fetch_refs):
             if isinstance(n, NodeInfo) and n.frame is root and n.id in plan.gpu_of and \
-                    n.type in FRESH_OUTPUT_OPS and n.id not in self.fuse_skip:
+                    n.type in fused.FRESH_OUTPUT_OPS and n.id not in self.fuse_skip:
                 self.early.setdefault((n.id, k), fi)
         if self.early:
             self.env["_efetch"] = early_fetch

@@ -63,8 +63,9 @@ FUSED = "<fused>"    # the actor key of a session's fused plans
 
 
 # Ops whose output is always a new array (never an input, a view of one, or a variable's
-# buffer), so that its copy to the host may start where it is made (see above). Off:
-# every fetch is copied after the step (`python -m bench.probes.switch_ab
+# buffer), so that its copy to the host may start where it is made (see above), in every
+# plan with GPU nodes (read when the plan compiles). Off: every fetch is copied after the
+# step (`python -m bench.probes.switch_ab
 # dcf.fused:EARLY_FETCH ...` compares the two in one process).
 EARLY_FETCH = True
 FRESH_OUTPUT_OPS = frozenset({
@@ -152,7 +153,6 @@ def build_fused(ops: list[Operation], device_of: dict[Operation, str],
             if g not in gpus:
                 gpus[g] = GpuDevice.get(g)
             plan.gpu_of[n.id] = gpus[g]
-    plan.early_fetch = EARLY_FETCH
     compile_frames(plan)
     return plan if plan.compiled_root is not None else None
 

@@ -95,7 +95,6 @@ class ExecPlan:
     fetch_refs: list = field(default_factory=list)    # (NodeInfo, output) per fetch index
     compiled_root: Any = None                         # CompiledRoot when straight-line
     gpu_of: dict = field(default_factory=dict)        # node id -> GpuDevice it runs on
-    early_fetch: bool = False   # fresh fetched device values copied where made (fused.py)
 
 
 def nodes_from_ops(ops: list[Operation]) -> dict[Operation, PNode]:

@@ -173,10 +173,7 @@ class AsyncSession:
                               frame_parents=prt.frame_parents)
             gpu = getattr(actor, "gpu", None)
             if gpu is not None:
-                from dcf import fused as fused_mod   # (its early fetches: dcf/fused.py)
-
                 plan.gpu_of = dict.fromkeys(range(len(plan.nodes)), gpu)
-                plan.early_fetch = fused_mod.EARLY_FETCH
             if self.config.compile_frames and fused is None:
                 # (with a fused plan the partitions serve traced runs only, which take
                 # the tagged-token executor: nothing to compile)

@@ -355,7 +355,8 @@ class EarlyFetch(NamedTuple):
 def early_fetch(v: Any, k: int) -> EarlyFetch | None:
     """Start copying fetch k to pinned host memory now, on its GPU's d2h stream after an
     event recorded on its compute stream here (the compiled root calls this right after
-    the op that made it: dcf/fused.py); None where v is not a device array."""
+    the op that made it, dcf/fused.py; start_fetches at the run's end); None where v is
+    not a device array."""
     if type(v) is _PeerValue:
         v = v.array
     dev = getattr(v, "device", None)
@@ -373,18 +374,10 @@ def start_fetches(results: list) -> list:
     started early (an EarlyFetch) is only waited for."""
     pending = []
     for k, v in enumerate(results):
-        if type(v) is EarlyFetch:
-            results[k] = v.host
-            pending.append((k, v.host, v.event, v.owner))
-            continue
-        if type(v) is _PeerValue:
-            v = v.array
-        dev = getattr(v, "device", None)
-        if dev is not None and hasattr(v, "__cuda_array_interface__"):
-            owner = GpuDevice.get(dev.id)
-            host, ev = owner.to_host_async(v, f"fetch {k}")
-            results[k] = host
-            pending.append((k, host, ev, owner))
+        got = v if type(v) is EarlyFetch else early_fetch(v, k)
+        if got is not None:
+            results[k] = got.host
+            pending.append((k, got.host, got.event, got.owner))
     return pending
 
 
