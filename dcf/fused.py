@@ -52,6 +52,7 @@ from dcf.actors.gpu import GpuDevice
 from dcf.actors.gpu_actor import end_fetches, fetch_results, start_fetches, transfer_oom
 from dcf.device import DeviceSpec
 from dcf.executor import Executor
+from dcf.fusion.matmul_gates import x_concat
 from dcf.graph import Operation, Tensor
 from dcf.ops.registry import Kind
 from dcf.partition import _value_frame
@@ -153,14 +154,38 @@ def build_fused(ops: list[Operation], device_of: dict[Operation, str],
             if g not in gpus:
                 gpus[g] = GpuDevice.get(g)
             plan.gpu_of[n.id] = gpus[g]
+    for n in plan.nodes:
+        fn = n.pnode.attrs.get("_bound")
+        if type(fn) is _ToDevice and n.pnode.inputs and \
+                _gpu_index(n.pnode.inputs[0][0].device) is not None:
+            fn.x_concat = x_concat(n, plan.gpu_of, out=0)
     compile_frames(plan)
     return plan if plan.compiled_root is not None else None
 
 
 def _to_device_fn(gpu: Any, what: str) -> Callable[[Any], Any]:
-    def to_device(v: Any) -> Any:
-        return gpu.import_value(v, what)
-    return to_device
+    return _ToDevice(gpu, what)
+
+
+class _ToDevice:
+    """A transfer node's callable: the value in the form kernels on `gpu` take. From
+    another GPU, where the value is the first part of a concatenation `[x, h]` on `gpu`
+    (the key `x_concat`, set once the plan is built: matmul_gates.x_concat), it is
+    written straight into that concatenation's buffer where the layer's gates have
+    offered one (GpuDevice.import_into_offer): the layer above a device boundary of a
+    model-parallel LSTM then copies as little as the layers above a layer on its own
+    GPU."""
+
+    __slots__ = ("gpu", "what", "x_concat")
+
+    def __init__(self, gpu: Any, what: str) -> None:
+        self.gpu, self.what = gpu, what
+        self.x_concat = -1
+
+    def __call__(self, v: Any) -> Any:
+        if self.x_concat >= 0:
+            return self.gpu.import_into_offer(v, self.x_concat, self.what)
+        return self.gpu.import_value(v, self.what)
 
 
 def _to_host_fn(what: str) -> Callable[[Any], tuple]:

@@ -5,7 +5,8 @@ inflates every Python call):
     python -m bench.probes.spy_summary OUT.txt
 
 KIND: mp1_B / mp2_B (model_parallel's 8-layer LSTM on 1 or 2 GPUs at batch B), dyn_B /
-sta_B (static_vs_dynamic's dynamic or unrolled LSTM at batch B), chainG_PI (parallel_iterations'
+sta_B (static_vs_dynamic's dynamic or unrolled LSTM at batch B; mp's
+parallel_iterations DCF_PROBE_PI, default 32), chainG_PI (parallel_iterations'
 chain, 8 layers of 1024 over G GPUs -- DCF_PROBE_LAYERS layers, if set --, 200 iterations a run,
 parallel_iterations PI). Two warm-up steps, then
 steps for SECONDS inside `timed()`, which spy_summary keeps."""
@@ -36,7 +37,8 @@ def build(kind):
     if name.startswith("mp"):
         from bench.model_parallel import MultiLayerLSTM
         u = int(os.environ.get("DCF_PROBE_UNITS", 1024))    # small: stand-in GPUs on a CPU
-        m = MultiLayerLSTM(["/gpu:0", "/gpu:1"][:int(name[2:])], 8, b, u, u, 32)
+        pi = int(os.environ.get("DCF_PROBE_PI", 32))      # parallel_iterations
+        m = MultiLayerLSTM(["/gpu:0", "/gpu:1"][:int(name[2:])], 8, b, u, u, pi)
         G.gpu_device(0).activate()
         xv = gpu_devices.backend().asarray(
             (np.random.default_rng(0).standard_normal((100, b, u)) * 0.1).astype(np.float32))

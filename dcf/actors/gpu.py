@@ -47,6 +47,7 @@ from dcf import gpu_devices
 from dcf.actors.gpu_swap import _Swapper
 from dcf.errors import ResourceExhaustedError
 from dcf.ops import concat_slots
+from dcf.ops.gpu_kernels import copy_rows_from_peer
 from dcf.ops.gpu_raw import c_contiguous, row_stride
 
 __all__ = ["GpuDevice"]
@@ -57,6 +58,12 @@ PEER_KEEP_N = 8               # peer copies whose sources share one keep-alive e
 PEER_KEEP_BYTES = 64 << 20    # ... or this many of their bytes
 PINNED_STEP_MIN = 4 << 10     # pinned blocks come in sizes of at least this step
 SWAP_BLOCKS_IDLE_MAX = 4 << 30  # idle pinned swap blocks kept per GPU at most (bytes)
+# a column block of another GPU's matrix comes here by a raw kernel reading its memory
+# (where peer access is on) instead of a strided copy between devices (False: the copy)
+PEER_KERNEL = True
+# ... and where it is the first part of a concatenation whose buffer is on offer, written
+# into the buffer by that kernel (import_into_offer; False: a copy the concatenation copies)
+PEER_INTO_CONCAT = True
 EVENT_POOL = 256              # events kept per GPU for reuse by record() (0: a new one each)
 
 _H2D, _D2H, _DEFAULT = 1, 2, 4    # cudaMemcpyKind (Default: by the pointers, unified addressing)
@@ -125,6 +132,8 @@ class GpuDevice:
         self._swap_idle_bytes = 0
         self.stats = collections.Counter()
         self._peers: set[int] = {index}       # devices whose memory copies here read
+        self._peer_direct: set[int] = set()   # ... and whose memory kernels here may read
+        self._fake = gpu_devices.is_fake()    # the test stand-in (no kernels of its own)
         self._peer_sources: list = []         # sources of peer copies, no event yet
         self._peer_held = 0
         # idle landing buffers of large peer copies: (shape, dtype) -> [(memory, event)];
@@ -459,17 +468,61 @@ class GpuDevice:
         s.wait_event(gv.event)
         t0 = self.record(s) if self.tracing else None
         if n:
-            self._copy_peer(dst.data.ptr, src, gv.device, n, s.ptr)
+            self._copy_peer(dst.data.ptr, src, gv.device, n, s.ptr, on_compute=True)
         if t0 is not None:
             self.trace_events.append((f"P2P {what}", "MemcpyPtoP", t0, self.record(s),
                                       "compute") + where)
+        self._hold_peer_source(gv, n)
+        return dst
+
+    def _hold_peer_source(self, gv: _PeerValue, n: int) -> None:
+        """Keep a peer copy's source (n bytes) alive until the copy is done."""
         held = self._peer_sources
         held.append(gv)
         self._peer_held += n
         if len(held) >= PEER_KEEP_N or self._peer_held >= PEER_KEEP_BYTES:
             self._release_peer_sources()
         self.stats["peer_bytes"] += n
-        return dst
+
+    def import_into_offer(self, v: Any, concat: int, what: str = "value") -> Any:
+        """`v`, another GPU's array, as the first part of the concatenation keyed
+        `concat` (dcf/ops/concat_slots.py) here: where the concatenation's buffer is on
+        offer with its first columns free and shaped for v, v is copied into them (one
+        kernel reading the peer's memory on the compute stream, after v's event) and
+        the view of those columns comes back, filling the offer -- the concatenation
+        then copies nothing. Otherwise `import_value`'s copy."""
+        o = concat_slots.open_offer(concat)
+        if o is None or o.filled is not None or not (PEER_KERNEL and PEER_INTO_CONCAT) or \
+                type(v) is not self.ndarray:
+            return self.import_value(v, what)
+        buf, lead = o.buf, o.lead
+        dev = v.data.device_id
+        if dev == self.index or v.ndim != 2 or v.shape != (buf.shape[0], lead) or \
+                v.dtype != buf.dtype or row_stride(v) is None or not v.size or \
+                buf.data.device_id != self.index:
+            return self.import_value(v, what)
+        if dev not in self._peers:
+            self._enable_peer(dev)
+        fake = self._fake
+        if dev not in self._peer_direct and not fake:
+            return self.import_value(v, what)
+        gv = _PeerValue(v, self._record_on(dev), dev)
+        self.make_current()
+        s = self.compute
+        s.wait_event(gv.event)
+        t0 = self.record(s) if self.tracing else None
+        x = buf[:, :lead]
+        if fake:                          # the test stand-in: its arrays copy by assignment
+            x[...] = v
+        elif not copy_rows_from_peer(self.cp, buf.data.ptr, v, buf.shape[1]):
+            return self.import_value(v, what)
+        if t0 is not None:
+            self.trace_events.append((f"P2P {what}", "MemcpyPtoP", t0, self.record(s),
+                                      "compute", "", -1))
+        self._hold_peer_source(gv, v.nbytes)
+        self.stats["peer_into_concat"] += 1
+        o.filled = x
+        return x
 
     def _land(self, gv: _PeerValue, what: str, where: tuple) -> Any:
         """A large peer copy, on the h2d stream into a landing buffer, so that it runs
@@ -510,13 +563,20 @@ class GpuDevice:
         """C-contiguous, or (with strided copies) a column block of a wider matrix."""
         return c_contiguous(src) or (self._memcpy2d is not None and row_stride(src) is not None)
 
-    def _copy_peer(self, dst: int, src: Any, dev: int, n: int, stream: int) -> None:
+    def _copy_peer(self, dst: int, src: Any, dev: int, n: int, stream: int,
+                   on_compute: bool = False) -> None:
         """n bytes of GPU `dev`'s array `src` into this GPU's contiguous memory at `dst`:
-        a peer copy; for a column block (rows apart, see `_peer_copyable`) one strided
-        copy between the devices' unified addresses."""
+        a peer copy; for a column block (rows apart, see `_peer_copyable`) one raw
+        kernel reading `dev`'s memory where it may (`on_compute`: `stream` is the
+        compute stream, current; peer access on; PEER_KERNEL), else one strided copy
+        between the devices' unified addresses."""
         if c_contiguous(src):
             self._memcpy_peer(dst, self.index, src.data.ptr, dev, n, stream)
             return
+        if on_compute and PEER_KERNEL and dev in self._peer_direct:
+            self.make_current()
+            if copy_rows_from_peer(self.cp, dst, src):
+                return
         rows, w = src.shape[0], src.shape[1] * src.itemsize
         self._memcpy2d(dst, w, src.data.ptr, row_stride(src) * src.itemsize, w, rows,
                        _DEFAULT, stream)
@@ -561,6 +621,7 @@ class GpuDevice:
         except Exception as e:   # already enabled (by this process or a library)
             if "AlreadyEnabled" not in type(e).__name__ + str(e):
                 raise
+        self._peer_direct.add(other)
 
     def import_value(self, v: Any, what: str = "value", where: tuple = ("", -1)) -> Any:
         """A value arriving on this GPU (feed or Recv), in the form kernels here take."""

@@ -76,12 +76,13 @@ H_INTO_CONCAT = True
 _PASS_KINDS = (Kind.NEXT_ITERATION, Kind.MERGE, Kind.SWITCH)
 
 
-def _h_readers(g: Any, loop: bool) -> Any:
+def _h_readers(g: Any, loop: bool, out: int = 1) -> Any:
     """(ConcatV2 node, input index) of the concatenations in g's frame that read g's h
-    (output 1) directly or through Identity -- and with `loop`, through the loop's
-    NextIteration, Merge and Switch as well (the next step's reader)."""
+    (output `out`: 1 for the gates) directly or through Identity -- and with `loop`,
+    through the loop's NextIteration, Merge and Switch as well (the next step's
+    reader)."""
     seen = {g.id}
-    todo = [(g, 1)]
+    todo = [(g, out)]
     while todo:
         n, k = todo.pop()
         for dst, slot, _ in (n.outs[k] if k < len(n.outs) else ()):
@@ -157,14 +158,15 @@ def h_concat_lead(g: Any, gpu_of: dict) -> tuple[int, int]:
     return 0, -1
 
 
-def x_concat(g: Any, gpu_of: dict) -> int:
+def x_concat(g: Any, gpu_of: dict, out: int = 1) -> int:
     """The key (as h_concat_lead's) of a concatenation `[h, y]` of two parts that reads
-    the gates' h first in the same step (the layer above's `[x, h]`), on the same GPU:
-    its buffer, offered by the layer above's gates, gets this h written in place. -1
-    where there is none."""
+    the gates' h (output `out` of node g: also a transfer from another GPU, whose value
+    is then written into the buffer by the transfer) first in the same step (the layer
+    above's `[x, h]`), on the same GPU: its buffer, offered by the layer above's gates,
+    gets this h written in place. -1 where there is none."""
     if H_INTO_CONCAT:
         gpu = gpu_of.get(g.id)
-        for c, k in _h_readers(g, loop=False):
+        for c, k in _h_readers(g, loop=False, out=out):
             widths = _last_axis_2d(c, gpu, gpu_of)
             if widths and len(widths) == 2 and k == 0:
                 return id(c)

@@ -320,6 +320,39 @@ _STACK_BODY = ("    const long long j = i / per; const T* p = p0;\n    switch (j
 _STACK_RAW = RawLoop("dcf_stack_rows", _STACK_PARAMS, _STACK_BODY)
 
 
+# A column block of another GPU's matrix (rows `lds` elements apart) into memory here
+# (rows `ldd` apart), read through peer access by one raw kernel on the current stream:
+# the host pays one launch (~4 us) where a strided cudaMemcpy2DAsync between devices
+# costs it ~15 us (bench/NOTES.md, "GPU, session 23"). Element i of the block is row
+# i // cols, column i % cols.
+_PEER_ROWS_RAW = RawLoop(
+    "dcf_peer_rows", "const T* __restrict__ src, T* __restrict__ dst",
+    "    const long long r = i / cols, c = i - r * cols;\n"
+    "    dst[r * ldd + c] = src[r * lds + c];")
+_BITS_AS = {4: "f", 8: "d"}     # elements moved as float / double: loads and stores
+#                                 of a register keep every bit (NaN payloads included)
+
+
+def copy_rows_from_peer(cp: Any, dst_ptr: int, src: Any, ldd: int | None = None) -> bool:
+    """Launch the copy of `src` (a 2-D array on another GPU whose peer memory this
+    device's kernels may read: the caller's check; each row contiguous, see row_stride)
+    into the memory at `dst_ptr` on the current device and stream, rows `ldd` elements
+    apart (None: C-contiguous). False (nothing launched) where the kernel does not
+    apply: no RawKernel, an element size other than 4 or 8 bytes, no elements, rows not
+    each contiguous."""
+    char = _BITS_AS.get(src.itemsize)
+    if char is None or src.ndim != 2 or not src.size or not RawLoop.available(cp):
+        return False
+    ld = row_stride(src)
+    if ld is None:
+        return False
+    cols = src.shape[1]
+    k = _PEER_ROWS_RAW.kernel(cp, char, (("long long", "cols", cols), ("long long", "lds", ld),
+                                         ("long long", "ldd", cols if ldd is None else ldd)))
+    RawLoop.launch(k, src.size, (np.uint64(src.data.ptr), np.uint64(dst_ptr)))
+    return True
+
+
 _LAST_STACK: dict = {}   # thread -> [(the inputs, the stack)] of its last two stack_rows
 
 

@@ -662,6 +662,58 @@ def test_column_blocks_cross_gpus_in_one_strided_copy(gpu_count, cols):
         np.testing.assert_array_equal(cp.asnumpy(got), want)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "int64", "float16"])
+@pytest.mark.parametrize("kernel", [True, False])
+def test_column_blocks_cross_gpus_by_a_kernel_reading_the_peer(gpu_count, monkeypatch,
+                                                               dtype, kernel):
+    """A column block crossing GPUs with peer access on: one raw kernel on the receiver's
+    compute stream reads the peer's memory (4- and 8-byte elements), else the strided
+    copy; either way every bit of the block arrives (NaN payloads and -0.0 included),
+    and the kernel's result is read only after the producer's event."""
+    from dcf.actors import gpu as G
+
+    if gpu_count < 2:
+        pytest.skip("needs two GPUs")
+    g0, g1 = G.GpuDevice.get(0), G.GpuDevice.get(1)
+    if g1._memcpy2d is None:
+        pytest.skip("the cupy stand-in has no strided copies")
+    monkeypatch.setattr(G, "PEER_KERNEL", kernel)
+    launched = []
+    real = G.copy_rows_from_peer
+    monkeypatch.setattr(G, "copy_rows_from_peer",
+                        lambda cp, dst, src: launched.append(src.shape) or real(cp, dst, src))
+    g0.activate()
+    cp = g0.cp
+    rng = np.random.default_rng(3)
+    host = (rng.standard_normal((333, 517)) * 1000).astype(dtype)
+    if host.dtype.kind == "f":
+        bits = host.view(f"u{host.itemsize}")
+        bits[0, 200] = np.array(np.nan, dtype).view(bits.dtype) | 1   # a NaN payload
+        host[1, 201] = -0.0
+    wide = cp.asarray(host)
+    big = cp.asarray(rng.standard_normal((2048, 2048)).astype(np.float32))
+    for _ in range(8):                       # keep /gpu:0 busy before the block is ready
+        big = cp.tanh(big @ big * 1e-3)
+    wide[:, 190:200] = (big[:333, :10] * 0).astype(dtype)   # made after the busy work
+    block = wide[:, 190:]
+    with cp.cuda.Device(0):
+        want = cp.asnumpy(block)
+    got = g1.import_value(block)
+    g1.compute.synchronize()
+    assert got.data.device_id == 1 and got.flags.c_contiguous
+    with cp.cuda.Device(1):
+        arrived = cp.asnumpy(got)
+    np.testing.assert_array_equal(arrived.view(f"u{arrived.itemsize}"),
+                                  want.view(f"u{want.itemsize}"))
+    assert not arrived[:, :10].any()
+    np.testing.assert_array_equal(arrived[:, 10:].view(f"u{host.itemsize}"),
+                                  host[:, 200:].view(f"u{host.itemsize}"))
+    direct = kernel and 0 in g1._peer_direct and host.itemsize in (4, 8)
+    assert (len(launched) == 1) == (kernel and 0 in g1._peer_direct)
+    if direct:
+        assert launched == [(333, 327)]
+
+
 class _Flag:
     """An event whose `done` is set by the test (cupy's Event has `done`)."""
 
