@@ -684,16 +684,24 @@ class GpuDevice:
             return
         from cupy.cuda import memory_hook
 
+        where = self.cp.cuda.runtime.pointerGetAttributes
+
         class Hook(memory_hook.MemoryHook):
+            # A block's device comes from its pointer, not from the hook's device_id:
+            # cupy 14 makes every device's pool at the first allocation in the process,
+            # each with the id of the device then current, so with several GPUs the
+            # hooks name one device for all of them (bench/NOTES.md, "GPU, session 23")
             name = "dcf_peak"
 
             def malloc_postprocess(self, **kw: Any) -> None:
-                if kw.get("device_id") == t.gpu.index and kw.get("mem_ptr"):
+                ptr = kw.get("mem_ptr")
+                if ptr and where(ptr).device == t.gpu.index:
                     t.cur += kw["mem_size"]
                     t.peak = max(t.peak, t.cur)
 
             def free_postprocess(self, **kw: Any) -> None:
-                if kw.get("device_id") == t.gpu.index:
+                ptr = kw.get("mem_ptr")     # (a pool's block: still mapped when it is freed)
+                if ptr and where(ptr).device == t.gpu.index:
                     t.cur -= kw["mem_size"]
 
         t.cur = t.peak = self.used_bytes()

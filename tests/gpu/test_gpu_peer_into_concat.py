@@ -21,6 +21,7 @@ def test_model_parallel_lstm_with_h_written_across_gpus(gpu_count, monkeypatch, 
         pytest.skip("needs two real GPUs (the stand-in makes no offers: no raw kernels)")
     xv = np.random.default_rng(units).standard_normal((6, 16, 5)).astype(np.float32)
     cpu = layers_in_one_loop(["/cpu:0"] * 2, xv, units)
+    G.GpuDevice.get(0)      # (GPU 0 first, as a model placed from /gpu:0 on makes them)
     g1 = G.GpuDevice.get(1)
     before = g1.stats["peer_into_concat"]
     on = layers_in_one_loop(["/gpu:0", "/gpu:1"], xv, units)

@@ -216,6 +216,28 @@ def _peak_bytes(fn):
     return out, t.peak
 
 
+def test_the_peak_tracker_counts_the_blocks_of_its_own_gpu(gpu_count):
+    """Each GPU's tracker sees its own device's blocks only, whichever GPU allocated
+    first in the process (cupy 14 gives every device's pool the id of the device current
+    at the first allocation, so the hooks' device_id names one GPU for all)."""
+    from dcf import gpu_devices
+    from dcf.actors.gpu import GpuDevice
+
+    if gpu_count < 2 or gpu_devices.is_fake():
+        pytest.skip("needs two real GPUs (the stand-in's tracker reads its pool's total)")
+    cp = gpu_devices.backend()
+    for mine, other in ((0, 1), (1, 0)):
+        g = GpuDevice.get(mine)
+        with g.peak_tracker() as t:
+            start = t.cur
+            with cp.cuda.Device(other):
+                big = cp.empty(64 << 20, np.uint8)       # another GPU's: not counted
+            with cp.cuda.Device(mine):
+                small = cp.empty(8 << 20, np.uint8)
+            del big, small
+        assert (8 << 20) <= t.peak - start < (64 << 20), (mine, t.peak - start)
+
+
 def test_swap_on_and_off_give_identical_gradients():
     stats = _gpu().stats
     plain = _run_lstm(False)
