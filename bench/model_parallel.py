@@ -12,7 +12,13 @@ synchronisation (the steady state: every step starts and ends at the same point 
 pipeline). "step ms synchronised" is the step with the GPUs synchronised after it (the
 run's latency, as before early fetches), for reference.
 
+The 2-GPU step is paced by the host's core in the forward loop, and the speed of a core
+differs from process to process on a shared host (bench/NOTES.md, "GPU, session 21"):
+`--processes N` measures again in N fresh processes, one after another, and reports the
+median over them of each process's own speedup beside this process's.
+
     python -m bench.model_parallel --out bench/results/model_parallel-DATE-CARD.json
+    python -m bench.model_parallel --processes 5       # and the median over 5 processes
     python -m bench.model_parallel --cpu --max-devices 2 --quick     # on CPU devices
 """
 
@@ -24,7 +30,8 @@ from typing import Any
 import numpy as np
 
 from bench import gpu_common as G
-from bench.harness import Result, Stats, base_argparser, host_python_seconds, report
+from bench.harness import (Result, Stats, base_argparser, host_python_seconds, report,
+                           results_in_own_process)
 
 BENCH = "model_parallel"
 
@@ -104,6 +111,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--block", type=int, default=3,
                     help="consecutive steps per sample (their mean; default 3)")
+    ap.add_argument("--processes", type=int, default=0, metavar="N",
+                    help="also measure in N fresh processes, one after another, and report "
+                         "the median over them of each one's speedup")
     args = ap.parse_args(argv)
 
     cpu = args.cpu
@@ -171,11 +181,46 @@ def main(argv: list[str] | None = None) -> dict:
         del m
         G.release_device_memory()
     ratios = {f"speedup devices={n}": times[counts[0]] / t for n, t in times.items()}
+    if args.processes > 0:
+        ratios.update(_in_processes(args, config, counts))
     config["first_step_loss"] = losses
     payload = report(BENCH, config, results, ratios, args.out)
     if args.out and args.out.endswith(".json"):
         _plot(counts, times, config, args.out[:-5] + ".png")
     return payload
+
+
+def _in_processes(args: Any, config: dict, counts: list) -> dict:
+    """The same measurement in `args.processes` fresh processes, one after another:
+    config["process_step_ms"] gets each one's median step (ms) per device count and its
+    core's speed after the last ("host python us"); the ratios returned are the medians
+    over the processes of each process's own speedups."""
+    child = ["--layers", str(config["layers"]), "--units", str(config["units"]),
+             "--batch", str(config["batch"]), "--steps", str(config["steps"]),
+             "--parallel-iterations", str(config["parallel_iterations"]),
+             "--repeat", str(args.repeat), "--block", str(args.block),
+             "--max-devices", str(counts[-1])]
+    child += ["--cpu"] if args.cpu else []
+    child += ["--quick"] if args.quick else []
+    per: list[dict] = []
+    for k in range(args.processes):
+        rows = results_in_own_process("bench.model_parallel", child, f"process {k}",
+                                      timeout=900)
+        got = {r["metric"]: r["median"] for r in rows
+               if r["system"] == "dcf" and r["metric"].startswith("step ms devices=")}
+        host = [r["median"] for r in rows if r["system"] == "host"]
+        if host:
+            got["host python us"] = host[-1]
+        per.append(got)
+        first = got[f"step ms devices={counts[0]}"]
+        print(f"  process {k}: " + ", ".join(
+            f"devices={n} {got[f'step ms devices={n}']:.1f} ms "
+            f"({first / got[f'step ms devices={n}']:.3f}x)" for n in counts) +
+            (f", host python {got['host python us']:.1f} us" if host else ""), flush=True)
+    config["process_step_ms"] = per
+    return {f"median over {len(per)} processes: speedup devices={n}": float(np.median(
+        [d[f"step ms devices={counts[0]}"] / d[f"step ms devices={n}"] for d in per]))
+        for n in counts[1:]}
 
 
 def _plot(counts: list, times: dict, config: dict, path: str) -> None:
