@@ -50,11 +50,12 @@ class _Rec:
     same array), made when its swap-out starts."""
 
     __slots__ = ("dev", "host", "host_ptr", "ev_in", "state", "refs", "shape", "dtype",
-                 "nbytes", "ahead", "__weakref__")
+                 "nbytes", "ahead", "gpu", "__weakref__")
 
     OUT, HOST, IN, GONE = range(4)      # OUT: its copy to the host is running
 
-    def __init__(self, value: Any) -> None:
+    def __init__(self, value: Any, gpu: Any) -> None:
+        self.gpu = gpu
         self.dev = value
         self.host = None          # the pinned buffer's owner (keeps it alive)
         self.host_ptr = 0
@@ -65,6 +66,19 @@ class _Rec:
         self.dtype = value.dtype
         self.nbytes = value.nbytes
         self.ahead = False        # brought back ahead of its pop, not popped yet
+
+    def __del__(self) -> None:
+        # Dropped while brought back ahead of its pop (its stack gone: a run that failed
+        # in its backward loop): nothing on the compute stream has waited for the copy
+        # into its buffer, which may still be running, so the buffer stays out of the
+        # pool -- where the next array would get it and the copy write over that -- until
+        # the copy is done.
+        if self.state == _Rec.IN and self.dev is not None and self.ev_in is not None:
+            try:
+                if not self.ev_in.done:
+                    self.gpu.defer(self.ev_in, self.dev)
+            except Exception:   # noqa: BLE001 - interpreter shutdown, device gone
+                pass
 
 
 def _live(ref: Any, state: int) -> Any:
@@ -326,7 +340,7 @@ class _Swapper:
     def _take(self, st: Any, i: int, v: Any, dups: tuple) -> _Rec:
         """The record of entry i of `st` (array v), put in place of v there and in the
         other entries holding it."""
-        rec = _Rec(v)
+        rec = _Rec(v, self.gpu)
         st.items[i] = rec
         st.head = None
         rec.refs = 1

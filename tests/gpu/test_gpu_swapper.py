@@ -177,6 +177,43 @@ def test_swapped_entries_come_back_ahead_of_their_pops(gpu):
     assert gpu.stats["swap_ins"] - fetched == n        # each entry came back once
 
 
+def test_entries_brought_back_ahead_keep_their_buffers_until_the_copy_is_done(gpu):
+    """A stack dropped with entries brought back ahead of their pops (a run that failed in
+    its backward loop): their device buffers stay out of the pool until the copies into
+    them are done -- nothing on the compute stream waited for those copies, so a buffer
+    the pool handed out again could still be written by its old copy."""
+    gpu.configure(None, 0.0)                    # every saved value swaps
+    gpu.swapper.reset()
+    stack = S.GpuStackStore("s", True, gpu)
+    n = 3 * S.PREFETCH_ITEMS
+    for k in range(n):
+        stack.push(_fill(gpu, k))
+    _settle(gpu.swapper)
+    gpu.h2d.synchronize()
+    stack.pop()                                 # fetched, and the next ones ahead
+    ahead = [r for r in stack.items if type(r) is S._Rec and r.state == S._Rec.IN]
+    assert len(ahead) == S.PREFETCH_ITEMS
+    for s in (gpu.compute, gpu.h2d, gpu.d2h):
+        s.synchronize()
+    running = _Running()                        # stands for their copy, still running
+    for rec in ahead:
+        rec.ev_in = running
+    in_use = gpu.used_bytes()
+    del stack, ahead, rec
+    gc.collect()
+    assert gpu.used_bytes() == in_use           # the buffers wait for their copy
+    running.done = True
+    gpu.collect()
+    gc.collect()
+    assert gpu.used_bytes() <= in_use - S.PREFETCH_ITEMS * MB
+
+
+class _Running:
+    """An event whose `done` the test sets (cupy's Event has `done`)."""
+
+    done = False
+
+
 def test_the_same_buffer_pushed_twice_moves_once(gpu):
     gpu.configure(None, 0.0)
     gpu.swapper.reset()
