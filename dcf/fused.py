@@ -129,7 +129,7 @@ def build_fused(ops: list[Operation], device_of: dict[Operation, str],
             gpu = GpuDevice.get(d_gpu)
             out = PNode(f"_xfer/{src.name}:{idx}->{dst_dev}", "_ToDevice", Kind.KERNEL,
                         _value_frame(src), inputs=[(src, idx)],
-                        attrs={"_bound": _to_device_fn(gpu, f"{src.name}:{idx}")},
+                        attrs={"_bound": _ToDevice(gpu, f"{src.name}:{idx}")},
                         device=dst_dev)
         else:
             out = PNode(f"_xfer/{src.name}:{idx}->{dst_dev}", "_ToHost", Kind.KERNEL,
@@ -161,10 +161,6 @@ def build_fused(ops: list[Operation], device_of: dict[Operation, str],
             fn.x_concat = x_concat(n, plan.gpu_of, out=0)
     compile_frames(plan)
     return plan if plan.compiled_root is not None else None
-
-
-def _to_device_fn(gpu: Any, what: str) -> Callable[[Any], Any]:
-    return _ToDevice(gpu, what)
 
 
 class _ToDevice:

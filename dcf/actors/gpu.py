@@ -47,7 +47,7 @@ from dcf import gpu_devices
 from dcf.actors.gpu_swap import _Swapper
 from dcf.errors import ResourceExhaustedError
 from dcf.ops import concat_slots
-from dcf.ops.gpu_kernels import copy_rows_from_peer
+from dcf.ops.gpu_kernels import launch_peer_rows, peer_rows_kernel
 from dcf.ops.gpu_raw import c_contiguous, row_stride
 
 __all__ = ["GpuDevice"]
@@ -464,19 +464,23 @@ class GpuDevice:
         if n >= LANDING_MIN_BYTES and self._landing is not None:
             return self._land(gv, what, where)
         dst = self.alloc(src.shape, src.dtype, what)
+        self._copy_after(gv, n, what, where, lambda: self._copy_peer(
+            dst.data.ptr, src, gv.device, n, self.compute.ptr, on_compute=True))
+        return dst
+
+    def _copy_after(self, gv: _PeerValue, n: int, what: str, where: tuple,
+                    copy: Callable[[], None]) -> None:
+        """`copy()` enqueues the copy of gv's array (n bytes; nothing where 0) on this
+        GPU's compute stream, current: run it once gv's event is done (one P2P slice in
+        a trace), and keep gv's array alive until the copy is done."""
         s = self.compute
         s.wait_event(gv.event)
         t0 = self.record(s) if self.tracing else None
         if n:
-            self._copy_peer(dst.data.ptr, src, gv.device, n, s.ptr, on_compute=True)
+            copy()
         if t0 is not None:
             self.trace_events.append((f"P2P {what}", "MemcpyPtoP", t0, self.record(s),
                                       "compute") + where)
-        self._hold_peer_source(gv, n)
-        return dst
-
-    def _hold_peer_source(self, gv: _PeerValue, n: int) -> None:
-        """Keep a peer copy's source (n bytes) alive until the copy is done."""
         held = self._peer_sources
         held.append(gv)
         self._peer_held += n
@@ -503,23 +507,22 @@ class GpuDevice:
             return self.import_value(v, what)
         if dev not in self._peers:
             self._enable_peer(dev)
-        fake = self._fake
-        if dev not in self._peer_direct and not fake:
-            return self.import_value(v, what)
+        if self._fake:                    # the test stand-in: its arrays copy by assignment
+            k = None
+        else:
+            k = peer_rows_kernel(self.cp, v, buf.shape[1])
+            if k is None or dev not in self._peer_direct:
+                return self.import_value(v, what)
         gv = _PeerValue(v, self._record_on(dev), dev)
         self.make_current()
-        s = self.compute
-        s.wait_event(gv.event)
-        t0 = self.record(s) if self.tracing else None
         x = buf[:, :lead]
-        if fake:                          # the test stand-in: its arrays copy by assignment
-            x[...] = v
-        elif not copy_rows_from_peer(self.cp, buf.data.ptr, v, buf.shape[1]):
-            return self.import_value(v, what)
-        if t0 is not None:
-            self.trace_events.append((f"P2P {what}", "MemcpyPtoP", t0, self.record(s),
-                                      "compute", "", -1))
-        self._hold_peer_source(gv, v.nbytes)
+
+        def copy() -> None:
+            if k is None:
+                x[...] = v
+            else:
+                launch_peer_rows(k, buf.data.ptr, v)
+        self._copy_after(gv, v.nbytes, what, ("", -1), copy)
         self.stats["peer_into_concat"] += 1
         o.filled = x
         return x
@@ -574,8 +577,10 @@ class GpuDevice:
             self._memcpy_peer(dst, self.index, src.data.ptr, dev, n, stream)
             return
         if on_compute and PEER_KERNEL and dev in self._peer_direct:
-            self.make_current()
-            if copy_rows_from_peer(self.cp, dst, src):
+            k = peer_rows_kernel(self.cp, src)
+            if k is not None:
+                self.make_current()
+                launch_peer_rows(k, dst, src)
                 return
         rows, w = src.shape[0], src.shape[1] * src.itemsize
         self._memcpy2d(dst, w, src.data.ptr, row_stride(src) * src.itemsize, w, rows,

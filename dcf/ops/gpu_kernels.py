@@ -333,24 +333,27 @@ _BITS_AS = {4: "f", 8: "d"}     # elements moved as float / double: loads and st
 #                                 of a register keep every bit (NaN payloads included)
 
 
-def copy_rows_from_peer(cp: Any, dst_ptr: int, src: Any, ldd: int | None = None) -> bool:
-    """Launch the copy of `src` (a 2-D array on another GPU whose peer memory this
+def peer_rows_kernel(cp: Any, src: Any, ldd: int | None = None) -> Any:
+    """The kernel that copies `src` (a 2-D array on another GPU whose peer memory this
     device's kernels may read: the caller's check; each row contiguous, see row_stride)
-    into the memory at `dst_ptr` on the current device and stream, rows `ldd` elements
-    apart (None: C-contiguous). False (nothing launched) where the kernel does not
-    apply: no RawKernel, an element size other than 4 or 8 bytes, no elements, rows not
-    each contiguous."""
+    into memory on this device whose rows are `ldd` elements apart (None: C-contiguous),
+    for launch_peer_rows; None where it does not apply: no RawKernel, an element size
+    other than 4 or 8 bytes, no elements, rows not each contiguous."""
     char = _BITS_AS.get(src.itemsize)
     if char is None or src.ndim != 2 or not src.size or not RawLoop.available(cp):
-        return False
+        return None
     ld = row_stride(src)
     if ld is None:
-        return False
+        return None
     cols = src.shape[1]
-    k = _PEER_ROWS_RAW.kernel(cp, char, (("long long", "cols", cols), ("long long", "lds", ld),
-                                         ("long long", "ldd", cols if ldd is None else ldd)))
+    return _PEER_ROWS_RAW.kernel(cp, char, (("long long", "cols", cols), ("long long", "lds", ld),
+                                            ("long long", "ldd", cols if ldd is None else ldd)))
+
+
+def launch_peer_rows(k: Any, dst_ptr: int, src: Any) -> None:
+    """Launch peer_rows_kernel's `k` for `src` into the memory at `dst_ptr`, on the
+    current device and stream."""
     RawLoop.launch(k, src.size, (np.uint64(src.data.ptr), np.uint64(dst_ptr)))
-    return True
 
 
 _LAST_STACK: dict = {}   # thread -> [(the inputs, the stack)] of its last two stack_rows
