@@ -38,6 +38,10 @@ _YIELD_S = 0.002
 # at most pi iterations, and at least pi - pi // MARKS_PER_WINDOW + 1. An event costs the
 # host ~5 us, about a launch (bench/NOTES.md, "GPU, sessions 17-18").
 MARKS_PER_WINDOW = 2
+# In a loop over several GPUs, a held gradient accumulation is emitted after the other
+# work of its GPU in the iteration and after the transfers of that GPU's values to the
+# others (see _device_grouped); read when a frame is compiled.
+DEFER_ACCUMULATIONS = True
 
 # Kernels that are one Python operator (see the op tables in ops/math_ops.py and
 # ops/control_ops.py) are emitted inline: same semantics, no call.
@@ -159,6 +163,7 @@ class _Codegen:
         # gradient with its dh sum, the gates over their product, the read part of a
         # split product)
         self.fused_call: dict[int, tuple[list, Any]] = {}
+        self.accumulations: set[int] = set()    # ids of the held gradient accumulations
         self.held: dict[str, list] = {}     # loop counter -> its accumulations' nodes
         # node id -> the input its result may overwrite (dcf/fusion/in_place.py)
         self.in_place: dict[int, int] = {}
@@ -210,6 +215,7 @@ class _Codegen:
                 if add not in taken and term.id not in taken:
                     self.fuse_call(add, term, leaves, lambda gpu, n, term=term, kind=kind,
                                    pos=pos: FusedAccumulate(gpu, n, term, kind, pos))
+                    self.accumulations.add(add)
         from dcf.fusion.in_place import in_place_groups
 
         self.in_place.update(in_place_groups(f.nodes, gpu_of, self.inputs, self.taken()))
@@ -530,7 +536,15 @@ class _Codegen:
                         items[k].add(sk)
         gpu_of = self.cf.plan.gpu_of
         if len({id(gpu_of[n.id]) for n in own if n.id in gpu_of}) > 1:
-            return _hoisted(_device_grouped(items, gpu_of, f.name), items, hoist)
+            sent_from = {}          # a transfer to a GPU -> the GPU its value comes from
+            for n in own:
+                if n.type == "_ToDevice":
+                    src = self.inputs(n)[0]
+                    if src is not None and src[0] is not None and src[0].id in gpu_of:
+                        sent_from[n.id] = gpu_of[src[0].id]
+            late = self.accumulations if DEFER_ACCUMULATIONS else ()
+            return _hoisted(_device_grouped(items, gpu_of, f.name, late, sent_from), items,
+                            hoist)
         out, done = [], set()
         pending = dict(items)
         while pending:
@@ -1185,13 +1199,22 @@ def _hoisted(out: list, items: dict, hoist: Any) -> list:
     return out
 
 
-def _device_grouped(items: dict, gpu_of: dict, name: str) -> list:
+def _device_grouped(items: dict, gpu_of: dict, name: str, late: Any = (),
+                    sent_from: Any = None) -> list:
     """A topological order of `items` (item -> the items it needs, in the frame's node
     order) that stays on one GPU while it has ready work there: each switch of the
     current GPU costs the host a device and stream change (a frame over several GPUs
     would otherwise alternate between them as ops become ready). Items off the GPUs
     (host ops, nested frames) go first whenever they are ready; among equals, the
-    frame's node order decides."""
+    frame's node order decides.
+
+    The ids in `late` (held gradient accumulations: only the next iteration reads them)
+    wait until their GPU has nothing else ready and the ready transfers of its values to
+    other GPUs (`sent_from`: transfer id -> the GPU it reads) are made: a chunk of held
+    terms added on one GPU of a pipeline then runs after the value the next GPU waits
+    for, not before it, and the two GPUs add their chunks at the same time instead of
+    one after the other (bench/NOTES.md, "GPU, session 24")."""
+    sent_from = sent_from or {}
     rank = {k: i for i, k in enumerate(items)}
     need = {k: len(v) for k, v in items.items()}
     users: dict = {k: [] for k in items}
@@ -1202,18 +1225,27 @@ def _device_grouped(items: dict, gpu_of: dict, name: str) -> list:
     out: list = []
     cur = None
     while ready:
-        pick = None
+        pick = xfer = wait = None
         for i, k in enumerate(ready):     # host work first, then the current GPU's
             g = gpu_of.get(k.id) if isinstance(k, NodeInfo) else None
             if g is None:
                 pick = i
                 break
-            if g is cur and pick is None:
-                pick = i
+            if g is cur:
+                if k.id not in late:
+                    if pick is None:
+                        pick = i
+                elif wait is None:
+                    wait = i
+            elif xfer is None and cur is not None and sent_from.get(k.id) is cur:
+                xfer = i
+        if pick is None and wait is not None:
+            pick = wait if xfer is None else xfer
+        stay = pick is not None and pick == xfer    # (a transfer out: then cur's late work)
         if pick is None:
             pick = 0
         k = ready.pop(pick)
-        if isinstance(k, NodeInfo) and k.id in gpu_of:
+        if isinstance(k, NodeInfo) and k.id in gpu_of and not stay:
             cur = gpu_of[k.id]
         out.append(k)
         for u in users[k]:

@@ -5,7 +5,9 @@ iteration, gaps included; the host's clock at each mark shows how far ahead it w
 Prints, per loop (forward, backward) and GPU: the loop's span on the GPU, the median and
 sum of per-iteration times, and the host's lead. `python -m bench.probes.mp_gpu_timeline
 [DEVICES [on|off]]` (devices 1,2 by default; off: the gates' h not written into the next
-concatenation's buffer, dcf/ops/concat_slots.py)."""
+concatenation's buffer, dcf/ops/concat_slots.py). Each loop's iterations over 1 ms are
+listed too (index: ms), where the held gradient terms' stacked GEMMs or a wait for the
+other GPU lengthen them."""
 import statistics, sys, time, gc
 import numpy as np
 import cupy
@@ -68,5 +70,8 @@ for ndev in counts:
             print(f"  loop {li} gpu {gi}: {len(marks)} marks, GPU span {span:.1f} ms "
                   f"(per iteration median {statistics.median(dts):.3f}, min {min(dts):.3f}, "
                   f"max {max(dts):.3f} ms); host span {host_span:.1f} ms", flush=True)
+            long = [f"{i}: {d:.2f}" for i, d in enumerate(dts) if d > 1.0]
+            print(f"    iterations over 1 ms ({len(long)}, {sum(d for d in dts if d > 1.0):.1f}"
+                  f" ms): " + ", ".join(long), flush=True)
     m.close(); del m
     cupy.get_default_memory_pool().free_all_blocks()
