@@ -1232,11 +1232,11 @@ def _device_grouped(items: dict, gpu_of: dict, name: str, late: Any = (),
                 pick = i
                 break
             if g is cur:
-                if k.id not in late:
-                    if pick is None:
-                        pick = i
-                elif wait is None:
-                    wait = i
+                if k.id in late:
+                    if wait is None:
+                        wait = i
+                elif pick is None:
+                    pick = i
             elif xfer is None and cur is not None and sent_from.get(k.id) is cur:
                 xfer = i
         if pick is None and wait is not None:

@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import pytest
 
 
-@pytest.fixture
-def fake_gpus():
-    """Two stand-in GPUs for this test only."""
+@contextlib.contextmanager
+def _stand_in_gpus(n: int):
+    """`n` stand-in GPUs while the block runs (the process's real or stand-in ones
+    after)."""
     from dcf import gpu_devices
     from dcf.actors import gpu as gpu_mod
 
     old = os.environ.get("DCF_FAKE_GPUS")
     saved = dict(gpu_mod.GpuDevice._instances)
-    os.environ["DCF_FAKE_GPUS"] = "2"
+    os.environ["DCF_FAKE_GPUS"] = str(n)
     gpu_devices.count.cache_clear()
     gpu_devices.backend.cache_clear()
     gpu_mod.GpuDevice._instances.clear()
@@ -31,6 +33,20 @@ def fake_gpus():
         gpu_mod.GpuDevice._instances.clear()
         gpu_mod.GpuDevice._instances.update(saved)
         gpu_mod._ACTIVE[:] = [None, None]
+
+
+@pytest.fixture
+def fake_gpus():
+    """Two stand-in GPUs for this test only."""
+    with _stand_in_gpus(2) as cp:
+        yield cp
+
+
+@pytest.fixture
+def three_fake_gpus():
+    """Three stand-in GPUs for this test only."""
+    with _stand_in_gpus(3) as cp:
+        yield cp
 
 
 @pytest.fixture
