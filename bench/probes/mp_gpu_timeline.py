@@ -7,8 +7,12 @@ sum of per-iteration times, and the host's lead. `python -m bench.probes.mp_gpu_
 [DEVICES [on|off]]` (devices 1,2 by default; off: the gates' h not written into the next
 concatenation's buffer, dcf/ops/concat_slots.py). Each loop's iterations over 1 ms are
 listed too (index: ms), where the held gradient terms' stacked GEMMs or a wait for the
-other GPU lengthen them."""
-import statistics, sys, time, gc
+other GPU lengthen them. With DCF_PROBE_STEADY=N, N more steps run back to back as a
+training loop runs them (no synchronisation between them: the next step's forward is
+enqueued while the GPUs still run the backward) and each GPU's loops are listed in order
+with their spans and the GPU time from one loop's last mark to the next one's first
+("+gap"), which shows where the GPUs wait at the boundaries."""
+import os, statistics, sys, time, gc
 import numpy as np
 import cupy
 from dcf import frame_compiler as FC
@@ -17,6 +21,7 @@ from dcf.actors import gpu as G
 
 FC.MARKS_PER_WINDOW = 1 << 30          # stride 1: a mark every iteration (the bound stays pi)
 log: list = []
+step_no = [0]           # the step the marks belong to (DCF_PROBE_STEADY)
 
 
 def timed_marker(gpus):
@@ -30,7 +35,7 @@ def timed_marker(gpus):
             ev = cupy.cuda.Event(disable_timing=False)
             ev.record(g.compute)
             evs.append(ev)
-            log.append((key, g.index, t, ev))
+            log.append((key, g.index, t, ev, step_no[0]))
         return evs
     return mark
 
@@ -40,9 +45,11 @@ if len(sys.argv) > 2:
     import dcf.fusion.matmul_gates as MG
     MG.H_INTO_CONCAT = sys.argv[2] != "off"
 counts = [int(d) for d in sys.argv[1].split(",")] if len(sys.argv) > 1 else [1, 2]
-xv = cupy.asarray((np.random.default_rng(0).standard_normal((100, 256, 1024)) * 0.1).astype(np.float32))
+U = int(os.environ.get("DCF_PROBE_UNITS", 1024))     # small: stand-in GPUs on a CPU
+B = int(os.environ.get("DCF_PROBE_BATCH", 256))
+xv = cupy.asarray((np.random.default_rng(0).standard_normal((100, B, U)) * 0.1).astype(np.float32))
 for ndev in counts:
-    m = MultiLayerLSTM([f"/gpu:{k}" for k in range(ndev)], 8, 256, 1024, 1024, 32)
+    m = MultiLayerLSTM([f"/gpu:{k}" for k in range(ndev)], 8, B, U, U, 32)
     G.GpuDevice.get(0).activate()
     m.step(xv); m.step(xv)
     for d in range(ndev):
@@ -53,7 +60,7 @@ for ndev in counts:
     for d in range(ndev):
         cupy.cuda.Device(d).synchronize()
     loops: dict = {}
-    for key, gi, t, ev in log:
+    for key, gi, t, ev, _ in log:
         loops.setdefault(key, {}).setdefault(gi, []).append((t, ev))
     print(f"devices={ndev}: step {wall * 1e3:.1f} ms, {len(loops)} loops", flush=True)
     first = None
@@ -72,6 +79,38 @@ for ndev in counts:
                   f"max {max(dts):.3f} ms); host span {host_span:.1f} ms", flush=True)
             long = [f"{i}: {d:.2f}" for i, d in enumerate(dts) if d > 1.0]
             print(f"    iterations over 1 ms ({len(long)}, {sum(d for d in dts if d > 1.0):.1f}"
-                  f" ms): " + ", ".join(long), flush=True)
+                  f" ms): " + ", ".join(long[:24]) + (", ..." if len(long) > 24 else ""),
+                  flush=True)
+    steady = int(os.environ.get("DCF_PROBE_STEADY", 0))
+    if steady:
+        log.clear(); gc.disable()
+        t0 = time.perf_counter()
+        for s in range(steady):
+            step_no[0] = s
+            m.step(xv)
+        wall = (time.perf_counter() - t0) / steady
+        gc.enable()
+        for d in range(ndev):
+            cupy.cuda.Device(d).synchronize()
+        keys = list(dict.fromkeys(k for k, *_ in log))      # forward first, then backward
+        print(f"  steady: {steady} steps back to back, {wall * 1e3:.1f} ms a step (host)",
+              flush=True)
+        for gi in range(ndev):
+            segs: list = []         # [(step, loop), first event, last event]
+            for k, g, _, ev, s in log:
+                if g != gi:
+                    continue
+                if segs and segs[-1][0] == (s, keys.index(k)):
+                    segs[-1][2] = ev
+                else:
+                    segs.append([(s, keys.index(k)), ev, ev])
+            parts = []
+            with cupy.cuda.Device(gi):
+                for i, ((s, li), first, last) in enumerate(segs):
+                    span = cupy.cuda.get_elapsed_time(first, last)
+                    gap = (f" +{cupy.cuda.get_elapsed_time(last, segs[i + 1][1]):.1f}"
+                           if i + 1 < len(segs) else "")
+                    parts.append(f"s{s} {('fwd', 'bwd')[li] if li < 2 else li} {span:.1f}{gap}")
+            print(f"  gpu {gi}: " + ", ".join(parts), flush=True)
     m.close(); del m
     cupy.get_default_memory_pool().free_all_blocks()
