@@ -30,10 +30,12 @@ def _run(defer, monkeypatch, steps, batch, calls=None, devices=GPUS):
     return [np.asarray(o) for o in layers_in_one_loop(devices, xv, 4)]
 
 
-def check_order(monkeypatch, steps=5, batch=3):
+def check_order(monkeypatch, steps=5, batch=3, devices=GPUS) -> dict:
+    """Every accumulation of a GPU that sends a value to another comes after the
+    transfer; returns {sending GPU's index: transfers checked}."""
     calls: list = []
-    _run(True, monkeypatch, steps, batch, calls)
-    checked = 0
+    _run(True, monkeypatch, steps, batch, calls, devices)
+    sends: dict = {}
     for name, order, gpu_of, late, sent_from in calls:
         pos = {id(k): i for i, k in enumerate(order)}
         for k in order:
@@ -45,15 +47,16 @@ def check_order(monkeypatch, steps=5, batch=3):
             assert mine, name            # the sending GPU holds accumulations
             early = [j.id for j in mine if pos[id(j)] < pos[id(k)]]
             assert not early, (name, k.id, early)
-            checked += 1
-    assert checked
+            sends[src.index] = sends.get(src.index, 0) + 1
+    assert sends
+    return sends
 
 
-def check_values(monkeypatch, steps=5, batch=3):
-    on = _run(True, monkeypatch, steps, batch)
-    off = _run(False, monkeypatch, steps, batch)
-    cpu = _run(True, monkeypatch, steps, batch, devices=["/cpu:0"] * 4)
-    assert len(on) == len(off) == len(cpu) == 9
+def check_values(monkeypatch, steps=5, batch=3, devices=GPUS):
+    on = _run(True, monkeypatch, steps, batch, devices=devices)
+    off = _run(False, monkeypatch, steps, batch, devices=devices)
+    cpu = _run(True, monkeypatch, steps, batch, devices=["/cpu:0"] * len(devices))
+    assert len(on) == len(off) == len(cpu) == 1 + 2 * len(devices)
     for a, b, c in zip(on, off, cpu):
         np.testing.assert_array_equal(a, b)
         np.testing.assert_allclose(a, c, rtol=2e-4, atol=2e-5)
@@ -90,25 +93,5 @@ def test_the_same_bits_with_and_without_the_rule(fake_gpus, monkeypatch):
 def test_a_pipeline_of_three_gpus(three_fake_gpus, monkeypatch):
     # /gpu:2 -> /gpu:1 -> /gpu:0 in the backward: the middle GPU both receives and sends
     devs = ["/gpu:0", "/gpu:1", "/gpu:2", "/gpu:2"]
-    calls: list = []
-    _run(True, monkeypatch, 5, 3, calls, devices=devs)
-    sends = {}
-    for name, order, gpu_of, late, sent_from in calls:
-        if "grad" not in name:
-            continue
-        pos = {id(k): i for i, k in enumerate(order)}
-        for k in order:
-            src = sent_from.get(getattr(k, "id", None))
-            if src is None:
-                continue
-            mine = [j for j in order if getattr(j, "id", None) in late and
-                    gpu_of.get(j.id) is src]
-            early = [j.id for j in mine if pos[id(j)] < pos[id(k)]]
-            assert mine, name
-            assert not early, (name, k.id, early)
-            sends[src.index] = sends.get(src.index, 0) + 1
-    assert sorted(sends) == [1, 2]
-    on = _run(True, monkeypatch, 5, 3, devices=devs)
-    off = _run(False, monkeypatch, 5, 3, devices=devs)
-    for a, b in zip(on, off):
-        np.testing.assert_array_equal(a, b)
+    assert sorted(check_order(monkeypatch, devices=devs)) == [1, 2]
+    check_values(monkeypatch, devices=devs)
