@@ -128,8 +128,9 @@ class GpuDevice:
         self.last_compute: Any = None         # the last event recorded on the compute
         self.compute_marks = 0                # stream, and how many were
         self.swapper = _Swapper(self)
-        self._swap_blocks: dict = {}          # size -> [(pinned memory, address)] idle
+        self._swap_blocks: dict = {}          # size -> [address] idle
         self._swap_idle_bytes = 0
+        self._swap_mem: dict = {}             # address -> its pinned block (pinned_buffer)
         self.stats = collections.Counter()
         self._peers: set[int] = {index}       # devices whose memory copies here read
         self._peer_direct: set[int] = set()   # ... and whose memory kernels here may read
@@ -356,11 +357,18 @@ class GpuDevice:
         blocks of its size (pinned_size), for the next swap-out of that size: a new
         block is a cudaHostAlloc of ~1.1-1.3 ms, which cupy's pinned pool made step after
         step for swap-out batches that varied in size (bench/NOTES.md, "GPU, session
-        12")."""
+        12").
+
+        The blocks themselves are held here (`_swap_mem`), never by the owners: cupy's
+        pooled pinned block frees itself from a Python `__del__`, and when entries die
+        in cyclic garbage (a failed run's traceback) the collector runs every finalizer
+        of the cycle, so a block the owner's finalizer put back among the idle ones was
+        at the same moment freed to cupy's pool as well, and two swap-outs later wrote
+        the same memory (bench/NOTES.md, "GPU, session 25")."""
         size = pinned_size(nbytes)
         idle = self._swap_blocks.get(size)
         if idle:
-            mem, ptr = idle.pop()
+            ptr = idle.pop()
             self._swap_idle_bytes -= size
         else:
             mem = self.cp.cuda.alloc_pinned_memory(size)
@@ -369,12 +377,15 @@ class GpuDevice:
             if ptr is None:                  # the test stand-in's buffer
                 mem = np.frombuffer(mem, np.uint8)
                 ptr = mem.ctypes.data
-        return _GiveBack(self._swap_block_done, size, mem, ptr), ptr
+            self._swap_mem[ptr] = mem
+        return _GiveBack(self._swap_block_done, size, ptr), ptr
 
-    def _swap_block_done(self, size: int, mem: Any, ptr: int) -> None:
+    def _swap_block_done(self, size: int, ptr: int) -> None:
         if self._swap_idle_bytes + size <= SWAP_BLOCKS_IDLE_MAX:
-            self._swap_blocks.setdefault(size, []).append((mem, ptr))
+            self._swap_blocks.setdefault(size, []).append(ptr)
             self._swap_idle_bytes += size
+        else:
+            del self._swap_mem[ptr]          # back to cupy's pool
 
     def copy_parts(self, parts: list, stream: Any, what: str, kind: int) -> Any:
         """Copy `parts` [(dst, src, bytes)] on `stream` (cudaMemcpyKind `kind`) and
