@@ -11,7 +11,9 @@ other GPU lengthen them. With DCF_PROBE_STEADY=N, N more steps run back to back 
 training loop runs them (no synchronisation between them: the next step's forward is
 enqueued while the GPUs still run the backward) and each GPU's loops are listed in order
 with their spans and the GPU time from one loop's last mark to the next one's first
-("+gap"), which shows where the GPUs wait at the boundaries."""
+("+gap"), which shows where the GPUs wait at the boundaries; the "host" lines give the
+same from the host's side (when each loop's first mark was enqueued, ms after the first
+run was called, the host span and the host time to the next loop's first mark)."""
 import os, statistics, sys, time, gc
 import numpy as np
 import cupy
@@ -85,32 +87,44 @@ for ndev in counts:
     if steady:
         log.clear(); gc.disable()
         t0 = time.perf_counter()
+        starts = []
         for s in range(steady):
             step_no[0] = s
+            starts.append(time.perf_counter())
             m.step(xv)
+        starts.append(time.perf_counter())
         wall = (time.perf_counter() - t0) / steady
         gc.enable()
         for d in range(ndev):
             cupy.cuda.Device(d).synchronize()
         keys = list(dict.fromkeys(k for k, *_ in log))      # forward first, then backward
-        print(f"  steady: {steady} steps back to back, {wall * 1e3:.1f} ms a step (host)",
+        print(f"  steady: {steady} steps back to back, {wall * 1e3:.1f} ms a step (host); "
+              "runs called at " + ", ".join(f"{(t - t0) * 1e3:.1f}" for t in starts) + " ms",
               flush=True)
         for gi in range(ndev):
             segs: list = []         # [(step, loop), first event, last event]
-            for k, g, _, ev, s in log:
+            for k, g, t, ev, s in log:
                 if g != gi:
                     continue
                 if segs and segs[-1][0] == (s, keys.index(k)):
                     segs[-1][2] = ev
+                    segs[-1][4] = t
                 else:
-                    segs.append([(s, keys.index(k)), ev, ev])
-            parts = []
+                    segs.append([(s, keys.index(k)), ev, ev, t, t])
+            parts, hparts = [], []
             with cupy.cuda.Device(gi):
-                for i, ((s, li), first, last) in enumerate(segs):
+                for i, ((s, li), first, last, t_first, t_last) in enumerate(segs):
+                    name = f"s{s} {('fwd', 'bwd')[li] if li < 2 else li}"
                     span = cupy.cuda.get_elapsed_time(first, last)
                     gap = (f" +{cupy.cuda.get_elapsed_time(last, segs[i + 1][1]):.1f}"
                            if i + 1 < len(segs) else "")
-                    parts.append(f"s{s} {('fwd', 'bwd')[li] if li < 2 else li} {span:.1f}{gap}")
+                    parts.append(f"{name} {span:.1f}{gap}")
+                    # the same from the host's side: when the marks were enqueued
+                    hgap = (f" +{(segs[i + 1][3] - t_last) * 1e3:.1f}"
+                            if i + 1 < len(segs) else "")
+                    hparts.append(f"{name} @{(t_first - t0) * 1e3:.1f} "
+                                  f"{(t_last - t_first) * 1e3:.1f}{hgap}")
             print(f"  gpu {gi}: " + ", ".join(parts), flush=True)
+            print(f"  host {gi}: " + ", ".join(hparts), flush=True)
     m.close(); del m
     cupy.get_default_memory_pool().free_all_blocks()
