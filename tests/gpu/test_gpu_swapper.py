@@ -15,6 +15,8 @@ import pytest
 
 from dcf.actors import gpu as G
 from dcf.actors import gpu_swap as S
+from tests.core.test_pinned_swap_blocks import (PinnedPool, check_block_dropped_in_a_cycle,
+                                                drop_idle_blocks)
 
 MB = 1 << 20
 
@@ -391,7 +393,7 @@ def test_pinned_blocks_go_back_to_the_device_and_are_reused(gpu, monkeypatch):
     cudaHostAlloc."""
     gpu.configure(None, 0.0)
     gpu.swapper.reset()
-    _drop_idle_blocks(gpu)
+    drop_idle_blocks(gpu)
     made = []
     alloc = gpu.cp.cuda.alloc_pinned_memory
     monkeypatch.setattr(gpu.cp.cuda, "alloc_pinned_memory",
@@ -421,69 +423,15 @@ def test_pinned_blocks_go_back_to_the_device_and_are_reused(gpu, monkeypatch):
     assert step() == bases and len(made) == n                # the same blocks again
 
 
-def _drop_idle_blocks(gpu) -> None:
-    for lst in gpu._swap_blocks.values():
-        for p in lst:
-            del gpu._swap_mem[p]
-    gpu._swap_blocks.clear()
-    gpu._swap_idle_bytes = 0
-
-
-class _PinnedPool:
-    """cupy's pinned memory pool as cupy builds it (cupy/cuda/pinned_memory.pyx): a
-    pooled block is a Python object that gives its memory back to the pool from
-    `__del__`, behind a pointer object that holds it. For the test stand-in, whose
-    pinned buffers are plain bytearrays."""
-
-    def __init__(self):
-        self.free: dict = {}
-
-    def malloc(self, size):
-        lst = self.free.get(size)
-        buf = lst.pop() if lst else np.empty(size, np.uint8)
-        return _PinnedPointer(_PooledBlock(self, buf))
-
-
-class _PooledBlock:
-    def __init__(self, pool, buf):
-        self.pool, self.buf, self.ptr = pool, buf, buf.ctypes.data
-
-    def __del__(self):
-        self.pool.free.setdefault(self.buf.size, []).append(self.buf)
-
-
-class _PinnedPointer:
-    def __init__(self, mem):
-        self.mem, self.ptr = mem, mem.ptr
-
-
 def test_a_pinned_block_dropped_in_a_reference_cycle_is_not_handed_out_twice(
         gpu, monkeypatch):
-    """A swapped entry that dies in cyclic garbage (a failed run's traceback holds its
-    stack): the collector runs every finalizer in the cycle, cupy's pooled block's
-    own among them, so a block the entry's owner put back among the GPU's idle blocks
-    must not also be free in cupy's pool -- two swap-outs would write the same memory
-    (found on two H200: a pop gave another entry's value, bench/NOTES.md, "GPU,
-    session 25")."""
+    """tests/core/test_pinned_swap_blocks.py with cupy's own pinned pool (on the
+    stand-in, a pool built like it)."""
     from dcf import gpu_devices
 
     if gpu_devices.is_fake():
-        monkeypatch.setattr(gpu.cp.cuda, "alloc_pinned_memory", _PinnedPool().malloc)
-    alloc = gpu.cp.cuda.alloc_pinned_memory
-    _drop_idle_blocks(gpu)
-    owner, ptr = gpu.pinned_buffer(MB)
-    size = G.pinned_size(MB)
-    cycle: list = [owner]
-    cycle.append(cycle)
-    del owner, cycle
-    gc.collect()
-    assert gpu._swap_blocks[size] == [ptr]               # kept for the next swap-out
-    other = alloc(size)                                  # cupy's pool: another block
-    assert other.ptr != ptr
-    again, ptr2 = gpu.pinned_buffer(MB)
-    assert ptr2 == ptr
-    del again, other
-    _drop_idle_blocks(gpu)
+        monkeypatch.setattr(gpu.cp.cuda, "alloc_pinned_memory", PinnedPool().malloc)
+    check_block_dropped_in_a_cycle(gpu)
 
 
 def test_memory_holders_count_the_other_arrays_on_the_same_memory(gpu):
