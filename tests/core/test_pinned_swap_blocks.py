@@ -75,6 +75,53 @@ def check_block_dropped_in_a_cycle(gpu) -> None:
     drop_idle_blocks(gpu)
 
 
+def check_values_after_a_stack_dies_in_a_cycle(gpu) -> None:
+    """The failure as it showed: a stack whose entries all moved to the host dies in
+    cyclic garbage; a new stack's entries then move out in two batches and must come
+    back as they were pushed."""
+    from dcf.actors import gpu_swap as S
+
+    drop_idle_blocks(gpu)
+    gpu.configure(None, 0.0)                  # every saved value swaps
+    try:
+        sw = gpu.swapper
+        sw.reset()
+        n = 2 * S.PUMP_BATCH
+        old = S.GpuStackStore("old", True, gpu)
+        for k in range(n):
+            old.push(gpu.cp.full((MB // 4,), 100.0 + k, dtype=np.float32))
+        _settle(sw)
+        cycle: list = [old]
+        cycle.append(cycle)
+        del old, cycle
+        gc.collect()
+        sw.reset()
+        new = S.GpuStackStore("new", True, gpu)
+        for k in range(2 * n):
+            new.push(gpu.cp.full((MB // 4,), float(k), dtype=np.float32))
+        _settle(sw)
+        assert gpu.stats["swap_outs"] >= 2 * n
+        for k in range(2 * n - 1, -1, -1):
+            np.testing.assert_array_equal(gpu.cp.asnumpy(new.pop()),
+                                          np.full(MB // 4, k, np.float32))
+    finally:
+        gpu.configure(None, 0.7)
+        gpu.swapper.reset()
+        gc.collect()
+        gpu.collect()
+        drop_idle_blocks(gpu)
+
+
+def _settle(sw) -> None:
+    """Every owed byte moved and every copy done (as tests/gpu/test_gpu_swapper.py)."""
+    sw.tick(True)
+    while sw.out or (sw.owed > 0 and sw._next()[0] is not None):
+        sw.pump(force=True)
+        if sw.out:
+            sw.out[-1][1].synchronize()
+        sw.collect()
+
+
 def test_a_pinned_block_dropped_in_a_reference_cycle_is_not_handed_out_twice(
         fake_gpus, monkeypatch):
     monkeypatch.setattr(fake_gpus.cuda, "alloc_pinned_memory", PinnedPool().malloc)
@@ -98,3 +145,9 @@ def test_an_idle_block_over_the_limit_goes_back_to_the_pool(fake_gpus, monkeypat
     assert gpu._swap_blocks[size] == [pa] and pb not in gpu._swap_mem
     assert [x.ctypes.data for x in pool.free[size]] == [pb]
     drop_idle_blocks(gpu)
+
+
+def test_a_stack_that_dies_in_a_cycle_leaves_the_next_stacks_values_intact(
+        fake_gpus, monkeypatch):
+    monkeypatch.setattr(fake_gpus.cuda, "alloc_pinned_memory", PinnedPool().malloc)
+    check_values_after_a_stack_dies_in_a_cycle(G.GpuDevice.get(0))

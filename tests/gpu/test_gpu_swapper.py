@@ -16,6 +16,7 @@ import pytest
 from dcf.actors import gpu as G
 from dcf.actors import gpu_swap as S
 from tests.core.test_pinned_swap_blocks import (PinnedPool, check_block_dropped_in_a_cycle,
+                                                check_values_after_a_stack_dies_in_a_cycle,
                                                 drop_idle_blocks)
 
 MB = 1 << 20
@@ -432,6 +433,15 @@ def test_a_pinned_block_dropped_in_a_reference_cycle_is_not_handed_out_twice(
     if gpu_devices.is_fake():
         monkeypatch.setattr(gpu.cp.cuda, "alloc_pinned_memory", PinnedPool().malloc)
     check_block_dropped_in_a_cycle(gpu)
+
+
+def test_a_stack_that_dies_in_a_cycle_leaves_the_next_stacks_values_intact(gpu, monkeypatch):
+    """tests/core/test_pinned_swap_blocks.py's end-to-end check with cupy's own pool."""
+    from dcf import gpu_devices
+
+    if gpu_devices.is_fake():
+        monkeypatch.setattr(gpu.cp.cuda, "alloc_pinned_memory", PinnedPool().malloc)
+    check_values_after_a_stack_dies_in_a_cycle(gpu)
 
 
 def test_memory_holders_count_the_other_arrays_on_the_same_memory(gpu):
