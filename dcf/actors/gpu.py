@@ -451,7 +451,10 @@ class GpuDevice:
         if arr.nbytes:
             self._memcpy(host.ctypes.data, arr.data.ptr, arr.nbytes, _D2H, s.ptr)
         ev = self.record(s)
-        self.defer(ev, arr)
+        # the source, and the pinned buffer the copy writes: a caller may drop it before
+        # the copy is done (a run that failed), and cupy's pinned pool would hand it out
+        # again while the copy still writes it
+        self.defer(ev, (arr, host))
         self.stats["d2h_bytes"] += arr.nbytes
         if t0 is not None:
             self.trace_events.append((f"D2H {what}", "MemcpyDtoH", t0, ev, "d2h") + where)

@@ -151,3 +151,38 @@ def test_a_stack_that_dies_in_a_cycle_leaves_the_next_stacks_values_intact(
         fake_gpus, monkeypatch):
     monkeypatch.setattr(fake_gpus.cuda, "alloc_pinned_memory", PinnedPool().malloc)
     check_values_after_a_stack_dies_in_a_cycle(G.GpuDevice.get(0))
+
+
+class _Running:
+    """An event whose copy is still running until the test says it is done."""
+    done = False
+
+    def synchronize(self):
+        pass
+
+
+def test_a_fetch_buffer_stays_alive_until_its_copy_is_done(fake_gpus, monkeypatch):
+    """A device-to-host copy's pinned buffer, dropped by its caller before the copy is
+    done (a run that failed with fetches on their way), stays out of the pinned pool
+    until the copy's event is done: the pool would otherwise hand it out again (a
+    staging buffer for an upload) while the old copy still writes it."""
+    import weakref
+
+    gpu = G.GpuDevice.get(0)
+    gpu.activate()
+    x = fake_gpus.arange(8, dtype=np.float32)
+    running = _Running()
+    record = gpu.record
+    monkeypatch.setattr(gpu, "record",
+                        lambda stream: running if stream is gpu.d2h else record(stream))
+    host, ev = gpu.to_host_async(x, "fetch 0")
+    assert ev is running
+    kept = weakref.ref(host)
+    del host
+    gc.collect()
+    gpu.collect()
+    assert kept() is not None            # the copy may still write it
+    running.done = True
+    gpu.collect()
+    gc.collect()
+    assert kept() is None
