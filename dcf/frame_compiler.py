@@ -24,7 +24,7 @@ from dcf.dtypes import NUMPY_SCALARS
 from dcf.errors import InvalidArgumentError, node_error
 from dcf.ops.data_ops import StackStore
 from dcf.ops.registry import Kind
-from dcf.plan import ExecPlan, FrameInfo, NodeInfo
+from dcf.plan import TRANSFER, ExecPlan, FrameInfo, NodeInfo
 from dcf.token import DEAD
 
 __all__ = ["compile_frames", "CompiledFrame"]
@@ -538,7 +538,7 @@ class _Codegen:
         if len({id(gpu_of[n.id]) for n in own if n.id in gpu_of}) > 1:
             sent_from = {}          # a transfer to a GPU -> the GPU its value comes from
             for n in own:
-                if n.type == "_ToDevice":
+                if n.type == TRANSFER:
                     src = self.inputs(n)[0]
                     if src is not None and src[0] is not None and src[0].id in gpu_of:
                         sent_from[n.id] = gpu_of[src[0].id]
@@ -693,7 +693,7 @@ class _Codegen:
                 if grp is None and n.n_out == 1 and (
                         n.type in _ALIAS and self.cf.plan.xp is np and
                         n.id not in self.cf.plan.gpu_of or
-                        n.type == "_ToDevice" and _only_predicate(n)):
+                        n.type == TRANSFER and _only_predicate(n)):
                     src, k = ins[0]
                     self.alias[(n.id, 0)] = self.kval(src, k)
                     self.alias_src[(n.id, 0)] = self.alias_src.get((src.id, k), (src.id, k))

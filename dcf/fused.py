@@ -56,7 +56,7 @@ from dcf.fusion.matmul_gates import x_concat
 from dcf.graph import Operation, Tensor
 from dcf.ops.registry import Kind
 from dcf.partition import _value_frame
-from dcf.plan import ExecPlan, PNode, build_plan, nodes_from_ops
+from dcf.plan import TRANSFER, ExecPlan, PNode, build_plan, nodes_from_ops
 
 __all__ = ["build_fused", "FusedActor", "FUSED"]
 
@@ -127,7 +127,7 @@ def build_fused(ops: list[Operation], device_of: dict[Operation, str],
                         n_out=1, op=src.op, device=dst_dev)
         elif d_gpu is not None:
             gpu = GpuDevice.get(d_gpu)
-            out = PNode(f"_xfer/{src.name}:{idx}->{dst_dev}", "_ToDevice", Kind.KERNEL,
+            out = PNode(f"_xfer/{src.name}:{idx}->{dst_dev}", TRANSFER, Kind.KERNEL,
                         _value_frame(src), inputs=[(src, idx)],
                         attrs={"_bound": _ToDevice(gpu, f"{src.name}:{idx}")},
                         device=dst_dev)

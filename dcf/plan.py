@@ -13,7 +13,12 @@ from dcf.graph import Operation, Tensor
 from dcf.ops.registry import OPS, Kind
 from dcf.token import DEAD
 
-__all__ = ["PNode", "ExecPlan", "NodeInfo", "FrameInfo", "nodes_from_ops", "build_plan"]
+__all__ = ["PNode", "ExecPlan", "NodeInfo", "FrameInfo", "nodes_from_ops", "build_plan",
+           "TRANSFER"]
+
+# The node type of a transfer between GPUs that a fused plan inserts on a cut edge
+# (dcf/fused.py); the frame compiler orders and guards these nodes by it.
+TRANSFER = "_ToDevice"
 
 
 @dataclass(eq=False, slots=True)

@@ -37,6 +37,7 @@ from typing import Any
 
 from dcf.fusion.patterns import candidates, feeds_only, known_inputs
 from dcf.ops.gpu_elementwise import SINGLE, raw_elementwise
+from dcf.plan import TRANSFER
 
 __all__ = ["in_place_groups", "InPlaceElementwise"]
 
@@ -44,7 +45,7 @@ __all__ = ["in_place_groups", "InPlaceElementwise"]
 _OPS = tuple(t for t in SINGLE if t != "SigmoidGrad")
 # ops whose GPU result is a new array of its own (never a view; a transfer passes on an
 # array already on this GPU, which the runtime check sees held by its sender)
-_FRESH = ("MatMul", "_ToDevice") + tuple(SINGLE)
+_FRESH = ("MatMul", TRANSFER) + tuple(SINGLE)
 
 
 def in_place_groups(frame_nodes: list, gpu_of: dict, inputs_of: Any, taken: Any) -> dict:
