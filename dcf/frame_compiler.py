@@ -1242,8 +1242,9 @@ def _device_grouped(items: dict, gpu_of: dict, name: str, late: Any = (),
         if pick is None and wait is not None:
             pick = wait if xfer is None else xfer
         stay = pick is not None and pick == xfer    # (a transfer out: then cur's late work)
-        if pick is None:
-            pick = 0
+        if pick is None:        # another GPU's turn: its first ready item that is not late
+            pick = next((i for i, k in enumerate(ready)
+                         if not (isinstance(k, NodeInfo) and k.id in late)), 0)
         k = ready.pop(pick)
         if isinstance(k, NodeInfo) and k.id in gpu_of and not stay:
             cur = gpu_of[k.id]

@@ -95,3 +95,24 @@ def test_a_pipeline_of_three_gpus(three_fake_gpus, monkeypatch):
     devs = ["/gpu:0", "/gpu:1", "/gpu:2", "/gpu:2"]
     assert sorted(check_order(monkeypatch, devices=devs)) == [1, 2]
     check_values(monkeypatch, devices=devs)
+
+
+def _node(i: int, name: str):
+    from dcf.plan import NodeInfo
+
+    return NodeInfo(i, i, name, "Add", 0, None, 2, 0, 0, 1, None)
+
+
+def test_switching_gpus_passes_over_the_other_gpus_late_work():
+    """When the current GPU has nothing ready, the order moves to the next ready item of
+    another GPU -- not to a held accumulation while that GPU has other ready work (the
+    accumulation waits, as it would on its own GPU)."""
+    a, b = object(), object()                  # two GPUs
+    a1, b_late, b_work = _node(0, "a1"), _node(1, "b_late"), _node(2, "b_work")
+    items = {a1: [], b_late: [], b_work: []}   # all ready; node order a1, b_late, b_work
+    gpu_of = {0: a, 1: b, 2: b}
+    order = fc._device_grouped(items, gpu_of, "f", late={1})
+    assert [k.name for k in order] == ["a1", "b_work", "b_late"]
+    # without late work the node order stands
+    order = fc._device_grouped(items, gpu_of, "f")
+    assert [k.name for k in order] == ["a1", "b_late", "b_work"]
