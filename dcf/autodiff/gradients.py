@@ -32,10 +32,14 @@ def differentiable(t: Tensor) -> bool:
 class GradState:
     """Bookkeeping of one gradients() call."""
 
-    def __init__(self, graph: Graph, source: str, targets: set[Tensor]) -> None:
+    def __init__(self, graph: Graph, source: str, targets: dict[Tensor, None]) -> None:
         self.graph = graph
         self.source = source          # names this call's gradient TensorArrays
-        self.targets = targets        # every x asked for (also those inside loops)
+        # every x asked for (also those inside loops), in the order asked: a dict as an
+        # ordered set -- a loop's gradient makes its targets' accumulators in this order,
+        # and a set of tensors (hashed by identity) would order them differently in every
+        # process, giving the same graph different names and node orders
+        self.targets = targets
         # second order: forward tensor -> stacks holding gradients of its saved copies
         self.stack_grads: dict[Tensor, list[Tensor]] = {}
         self.stack_grad_loops: dict[Any, list[Operation]] = {}
@@ -74,7 +78,7 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None, name: str | None = None,
         else set()
     with g.as_default(), g.name_scope(name or "gradients"):
         x_groups = [_resolve_x(x) for x in xs_in]
-        targets = {t for grp in x_groups for t in grp}
+        targets = dict.fromkeys(t for grp in x_groups for t in grp)
         state = GradState(g, f"{g._scope}grad{next(_call_ids)}", targets)
         _ACTIVE.append(state)
         try:
