@@ -20,6 +20,7 @@ from dcf.device import DeviceSpec
 from dcf.errors import DeadlineExceededError, InvalidArgumentError
 from dcf.executor import check_fetches
 from dcf.graph import Graph, Operation, Tensor, get_default_graph
+from dcf.ops.data_ops import STEP_STACKS
 from dcf.ops.registry import as_value
 from dcf.partition import partition
 from dcf.placement import place
@@ -83,6 +84,7 @@ class _RunPlan:
     feed_tensors: list
     remote: Any = None     # the partitions shipped to cluster workers (dcf.cluster)
     fused: Any = None      # (FUSED, plan, feed index list, fetch map): see dcf/fused.py
+    stacks: bool = False   # it makes stacks (StackV2): a failed run drops them
 
 
 _step_ids = itertools.count(1)
@@ -182,7 +184,8 @@ class AsyncSession:
                 compile_frames(plan)
             built.append((dev, plan, [k for _, k in prt.feeds],
                           [fetch_pos[k] for _, _, k in prt.fetches]))
-        rp = _RunPlan(built, fetch_targets, structure, feed_tensors, remote, fused)
+        rp = _RunPlan(built, fetch_targets, structure, feed_tensors, remote, fused,
+                      any(op.type == "StackV2" for op in ops))
         self._plans[key] = rp
         return rp
 
@@ -216,9 +219,31 @@ class AsyncSession:
         targets, structure = _flatten_fetches(fetches, self.graph)
         feed_tensors, feed_values = _convert_feeds(feed_dict, self.graph)
         rp = self._plan(targets, feed_tensors, structure)
-        if rp.remote is not None:
-            return await self._run_cluster(rp, targets, feed_tensors, feed_values, options,
-                                           run_metadata)
+        if not rp.stacks:               # (no stacks to drop: no bookkeeping per run)
+            if rp.remote is not None:
+                return await self._run_cluster(rp, targets, feed_tensors, feed_values,
+                                               options, run_metadata)
+            return await self._run_parts(rp, targets, structure, feed_tensors, feed_values,
+                                         options, run_metadata)
+        made: list = []
+        token = STEP_STACKS.set(made)
+        try:
+            if rp.remote is not None:
+                return await self._run_cluster(rp, targets, feed_tensors, feed_values,
+                                               options, run_metadata)
+            return await self._run_parts(rp, targets, structure, feed_tensors, feed_values,
+                                         options, run_metadata)
+        except BaseException:
+            _drop_stacks(made)
+            raise
+        finally:
+            STEP_STACKS.reset(token)
+            made.clear()
+
+    async def _run_parts(self, rp: _RunPlan, targets: list, structure: Any,
+                         feed_tensors: list, feed_values: list, options: RunOptions,
+                         run_metadata: RunMetadata | None) -> Any:
+        """One step over this process's partitions (or its fused plan)."""
         step = next(_step_ids)
         coros = []
         parts = rp.parts if rp.fused is None or options.trace else [rp.fused]
@@ -281,24 +306,25 @@ class AsyncSession:
                     f"run did not finish within timeout_s={options.timeout_s}; the session "
                     "is still usable")
 
-        if rp.fused is not None:
-            dev, plan, feed_idx, fetch_idx = rp.fused
-            results = self._actors[dev].run_sync(plan, [feed_values[k] for k in feed_idx],
-                                                 check)
+        if rp.fused is None and (len(rp.parts) != 1 or rp.parts[0][1].compiled_root is None
+                                 or "gpu:" in rp.parts[0][0]):
+            return NOT_INLINE       # (GPU actors move feeds and fetches themselves)
+        dev, plan, feed_idx, fetch_idx = rp.fused if rp.fused is not None else rp.parts[0]
+        feeds = [feed_values[k] for k in feed_idx]
+        if not rp.stacks:               # (no stacks to drop: no bookkeeping per run)
+            results = self._run_inline_plan(rp.fused is not None, dev, plan, feeds, check)
         else:
-            if len(rp.parts) != 1 or rp.parts[0][1].compiled_root is None or \
-                    "gpu:" in rp.parts[0][0]:   # GPU actors move feeds and fetches themselves
-                return NOT_INLINE
-            _, plan, feed_idx, fetch_idx = rp.parts[0]
-            gen = plan.compiled_root.start([feed_values[k] for k in feed_idx])
+            made: list = []
+            token = STEP_STACKS.set(made)
             try:
-                while True:
-                    next(gen)  # it yields every few ms: the moment to check the deadline
-                    check()
-            except StopIteration as stop:
-                results = stop.value
+                results = self._run_inline_plan(rp.fused is not None, dev, plan, feeds,
+                                                check)
+            except BaseException:
+                _drop_stacks(made)
+                raise
             finally:
-                gen.close()
+                STEP_STACKS.reset(token)
+                made.clear()
         values: list[Any] = [None] * len(targets)
         for t, v in zip(feed_tensors, feed_values):
             for i, target in enumerate(targets):
@@ -313,6 +339,21 @@ class AsyncSession:
         if run_metadata is not None:
             run_metadata.step_stats["nodes_fired"] = len(plan.nodes)
         return nest.pack_sequence_as(structure, values)
+
+    def _run_inline_plan(self, fused: bool, dev: str, plan: Any, feeds: list,
+                         check: Any) -> list:
+        """The fetched values of one inline run (run_inline)."""
+        if fused:
+            return self._actors[dev].run_sync(plan, feeds, check)
+        gen = plan.compiled_root.start(feeds)
+        try:
+            while True:
+                next(gen)  # it yields every few ms: the moment to check the deadline
+                check()
+        except StopIteration as stop:
+            return stop.value
+        finally:
+            gen.close()
 
     async def _run_cluster(self, rp: _RunPlan, targets: list, feed_tensors: list,
                            feed_values: list, options: RunOptions,
@@ -396,6 +437,13 @@ async def _gather_fail_fast(coros: list) -> list:
         for t in tasks:
             if not t.cancelled():
                 t.exception()     # retrieved (a partition's own interrupt, say): no report
+
+
+def _drop_stacks(made: list) -> None:
+    """A run failed: the stacks it made let go of their saved values now, not when the
+    caller lets go of the traceback that holds them (dcf/ops/data_ops.py, STEP_STACKS)."""
+    for stack in made:
+        stack.drop()
 
 
 def _to_numpy(v: Any) -> Any:

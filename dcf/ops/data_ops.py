@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import sys
 from typing import Any, Callable
 
@@ -422,6 +423,14 @@ def print_(input_: Any, data: list | None = None, message: str = "", summarize: 
 
 
 # ------------------------------------------------------------------- stacks
+# The stacks made by the run under way in this context (the session sets a list around
+# each run, dcf/session.py): a run that fails drops them, as TensorFlow's stacks are
+# resources of their step -- a failed run's saved values would otherwise live as long as
+# its traceback (a notebook keeps the last one), device memory included.
+STEP_STACKS: contextvars.ContextVar = contextvars.ContextVar("dcf_step_stacks",
+                                                            default=None)
+
+
 class StackStore:
     """A LIFO of saved forward values (one per loop value the gradient needs)."""
 
@@ -431,6 +440,13 @@ class StackStore:
         self.name = name
         self.items: list[Any] = []
         self.swap_memory = swap_memory
+        made = STEP_STACKS.get()
+        if made is not None:
+            made.append(self)
+
+    def drop(self) -> None:
+        """Let go of every entry: the run that made the stack failed."""
+        self.items.clear()
 
     def push(self, value: Any) -> Any:
         # (compiled frames push and pop a StackStore's items inline: _Codegen.stack_op)
