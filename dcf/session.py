@@ -20,7 +20,7 @@ from dcf.device import DeviceSpec
 from dcf.errors import DeadlineExceededError, InvalidArgumentError
 from dcf.executor import check_fetches
 from dcf.graph import Graph, Operation, Tensor, get_default_graph
-from dcf.ops.data_ops import STEP_STACKS
+from dcf.ops.data_ops import STEP_STORES
 from dcf.ops.registry import as_value
 from dcf.partition import partition
 from dcf.placement import place
@@ -84,7 +84,7 @@ class _RunPlan:
     feed_tensors: list
     remote: Any = None     # the partitions shipped to cluster workers (dcf.cluster)
     fused: Any = None      # (FUSED, plan, feed index list, fetch map): see dcf/fused.py
-    stacks: bool = False   # it makes stacks (StackV2): a failed run drops them
+    stores: bool = False   # it makes stacks or TensorArrays: a failed run drops them
 
 
 _step_ids = itertools.count(1)
@@ -185,7 +185,7 @@ class AsyncSession:
             built.append((dev, plan, [k for _, k in prt.feeds],
                           [fetch_pos[k] for _, _, k in prt.fetches]))
         rp = _RunPlan(built, fetch_targets, structure, feed_tensors, remote, fused,
-                      any(op.type == "StackV2" for op in ops))
+                      any(op.type in ("StackV2", "TensorArrayV3") for op in ops))
         self._plans[key] = rp
         return rp
 
@@ -219,14 +219,14 @@ class AsyncSession:
         targets, structure = _flatten_fetches(fetches, self.graph)
         feed_tensors, feed_values = _convert_feeds(feed_dict, self.graph)
         rp = self._plan(targets, feed_tensors, structure)
-        if not rp.stacks:               # (no stacks to drop: no bookkeeping per run)
+        if not rp.stores:               # (nothing to drop: no bookkeeping per run)
             if rp.remote is not None:
                 return await self._run_cluster(rp, targets, feed_tensors, feed_values,
                                                options, run_metadata)
             return await self._run_parts(rp, targets, structure, feed_tensors, feed_values,
                                          options, run_metadata)
         made: list = []
-        token = STEP_STACKS.set(made)
+        token = STEP_STORES.set(made)
         try:
             if rp.remote is not None:
                 return await self._run_cluster(rp, targets, feed_tensors, feed_values,
@@ -234,10 +234,10 @@ class AsyncSession:
             return await self._run_parts(rp, targets, structure, feed_tensors, feed_values,
                                          options, run_metadata)
         except BaseException:
-            _drop_stacks(made)
+            _drop_stores(made)
             raise
         finally:
-            STEP_STACKS.reset(token)
+            STEP_STORES.reset(token)
             made.clear()
 
     async def _run_parts(self, rp: _RunPlan, targets: list, structure: Any,
@@ -311,19 +311,19 @@ class AsyncSession:
             return NOT_INLINE       # (GPU actors move feeds and fetches themselves)
         dev, plan, feed_idx, fetch_idx = rp.fused if rp.fused is not None else rp.parts[0]
         feeds = [feed_values[k] for k in feed_idx]
-        if not rp.stacks:               # (no stacks to drop: no bookkeeping per run)
+        if not rp.stores:               # (nothing to drop: no bookkeeping per run)
             results = self._run_inline_plan(rp.fused is not None, dev, plan, feeds, check)
         else:
             made: list = []
-            token = STEP_STACKS.set(made)
+            token = STEP_STORES.set(made)
             try:
                 results = self._run_inline_plan(rp.fused is not None, dev, plan, feeds,
                                                 check)
             except BaseException:
-                _drop_stacks(made)
+                _drop_stores(made)
                 raise
             finally:
-                STEP_STACKS.reset(token)
+                STEP_STORES.reset(token)
                 made.clear()
         values: list[Any] = [None] * len(targets)
         for t, v in zip(feed_tensors, feed_values):
@@ -439,11 +439,12 @@ async def _gather_fail_fast(coros: list) -> list:
                 t.exception()     # retrieved (a partition's own interrupt, say): no report
 
 
-def _drop_stacks(made: list) -> None:
-    """A run failed: the stacks it made let go of their saved values now, not when the
-    caller lets go of the traceback that holds them (dcf/ops/data_ops.py, STEP_STACKS)."""
-    for stack in made:
-        stack.drop()
+def _drop_stores(made: list) -> None:
+    """A run failed: the stacks and TensorArrays it made let go of their values now, not
+    when the caller lets go of the traceback that holds them (dcf/ops/data_ops.py,
+    STEP_STORES)."""
+    for store in made:
+        store.drop()
 
 
 def _to_numpy(v: Any) -> Any:

@@ -20,6 +20,15 @@ _FLOW = TensorType(dtypes.variant, ())
 _FLOW_VALUE = np.float32(0.0)
 
 
+# The stacks and TensorArrays made by the run under way in this context (the session
+# sets a list around each run of a plan that makes any, dcf/session.py): a run that fails
+# drops them, as TensorFlow's are resources of their step -- a failed run's saved values
+# would otherwise live as long as its traceback (a notebook keeps the last one), device
+# memory included.
+STEP_STORES: contextvars.ContextVar = contextvars.ContextVar("dcf_step_stores",
+                                                            default=None)
+
+
 # ------------------------------------------------------------------ TensorArray
 class TensorArrayStore:
     """The runtime storage behind one TensorArray handle."""
@@ -40,6 +49,14 @@ class TensorArrayStore:
         self.read_once: list[bool] = [False] * self.size
         self.grads: dict[str, TensorArrayStore] = {}
         self.zeros: dict | None = None    # device -> the zeros unwritten elements read as
+        made = STEP_STORES.get()
+        if made is not None:
+            made.append(self)
+
+    def drop(self) -> None:
+        """Let go of every element: the run that made the TensorArray failed."""
+        self.elements = [None] * len(self.elements)
+        self.zeros = None
 
     def _describe(self) -> str:
         return (f"TensorArray '{self.name}' (size {len(self.elements)}, "
@@ -423,12 +440,6 @@ def print_(input_: Any, data: list | None = None, message: str = "", summarize: 
 
 
 # ------------------------------------------------------------------- stacks
-# The stacks made by the run under way in this context (the session sets a list around
-# each run, dcf/session.py): a run that fails drops them, as TensorFlow's stacks are
-# resources of their step -- a failed run's saved values would otherwise live as long as
-# its traceback (a notebook keeps the last one), device memory included.
-STEP_STACKS: contextvars.ContextVar = contextvars.ContextVar("dcf_step_stacks",
-                                                            default=None)
 
 
 class StackStore:
@@ -440,7 +451,7 @@ class StackStore:
         self.name = name
         self.items: list[Any] = []
         self.swap_memory = swap_memory
-        made = STEP_STACKS.get()
+        made = STEP_STORES.get()
         if made is not None:
             made.append(self)
 

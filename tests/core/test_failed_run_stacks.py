@@ -1,7 +1,8 @@
-"""A run that fails lets go of its stacks' saved values at once (TensorFlow's stacks are
-resources of their step), not when the caller lets go of the exception: a kept traceback
-(a notebook keeps the last one) held every value the forward loop had saved, on the
-device too. On every execution path, on CPU and on stand-in GPUs with swapping."""
+"""A run that fails lets go of its stacks' saved values and its TensorArrays' elements at
+once (TensorFlow's are resources of their step), not when the caller lets go of the
+exception: a kept traceback (a notebook keeps the last one) held every value the forward
+loop had saved, on the device too. On every execution path, on CPU and on stand-in GPUs
+with swapping."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 
 import dcf
 from dcf.errors import InvalidArgumentError
-from dcf.ops.data_ops import StackStore
+from dcf.ops.data_ops import StackStore, TensorArrayStore
 
 STEPS, FAIL_AT, N = 12, 7, 64
 
@@ -77,6 +78,28 @@ def test_a_failed_async_run_drops_its_stacks():
 
     err, full = asyncio.run(main())
     assert "bad step 7" in str(err) and full == []
+
+
+def test_a_failed_run_drops_its_tensor_arrays(compiled):
+    g = dcf.Graph()
+    with g.as_default():
+        ta = dcf.TensorArray(dcf.float32, size=STEPS, element_shape=(N, N))
+
+        def body(i, ta):
+            j = dcf.reshape(dcf.py_func(_fail_at(FAIL_AT), [i], dcf.int32, name="check"), [])
+            return j + 1, ta.write(i, dcf.fill([N, N], dcf.cast(i, dcf.float32)))
+
+        _, ta = dcf.while_loop(lambda i, ta: i < STEPS, body, (0, ta))
+        total = dcf.reduce_sum(ta.stack())
+    kept = []
+    with dcf.Session(g, config=compiled) as sess:
+        with pytest.raises(InvalidArgumentError, match="bad step 7") as info:
+            sess.run(total)
+        kept.append(info.value)
+        gc.collect()
+        held = [t for t in gc.get_objects() if isinstance(t, TensorArrayStore) and
+                any(e is not None for e in t.elements)]
+        assert held == []
 
 
 def test_a_successful_run_keeps_what_it_returns():
