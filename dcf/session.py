@@ -219,20 +219,18 @@ class AsyncSession:
         targets, structure = _flatten_fetches(fetches, self.graph)
         feed_tensors, feed_values = _convert_feeds(feed_dict, self.graph)
         rp = self._plan(targets, feed_tensors, structure)
+        if rp.remote is not None:
+            step = self._run_cluster(rp, targets, feed_tensors, feed_values, options,
+                                     run_metadata)
+        else:
+            step = self._run_parts(rp, targets, structure, feed_tensors, feed_values,
+                                   options, run_metadata)
         if not rp.stores:               # (nothing to drop: no bookkeeping per run)
-            if rp.remote is not None:
-                return await self._run_cluster(rp, targets, feed_tensors, feed_values,
-                                               options, run_metadata)
-            return await self._run_parts(rp, targets, structure, feed_tensors, feed_values,
-                                         options, run_metadata)
+            return await step
         made: list = []
-        token = STEP_STORES.set(made)
+        token = STEP_STORES.set(made)   # (the coroutine runs in this context when awaited)
         try:
-            if rp.remote is not None:
-                return await self._run_cluster(rp, targets, feed_tensors, feed_values,
-                                               options, run_metadata)
-            return await self._run_parts(rp, targets, structure, feed_tensors, feed_values,
-                                         options, run_metadata)
+            return await step
         except BaseException:
             _drop_stores(made)
             raise
