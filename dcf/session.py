@@ -4,12 +4,13 @@ signature) -> one actor step per device -> numpy results in the fetches' structu
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -227,16 +228,8 @@ class AsyncSession:
                                    options, run_metadata)
         if not rp.stores:               # (nothing to drop: no bookkeeping per run)
             return await step
-        made: list = []
-        token = STEP_STORES.set(made)   # (the coroutine runs in this context when awaited)
-        try:
+        with _dropped_if_failed():      # (the coroutine runs in this context when awaited)
             return await step
-        except BaseException:
-            _drop_stores(made)
-            raise
-        finally:
-            STEP_STORES.reset(token)
-            made.clear()
 
     async def _run_parts(self, rp: _RunPlan, targets: list, structure: Any,
                          feed_tensors: list, feed_values: list, options: RunOptions,
@@ -312,17 +305,9 @@ class AsyncSession:
         if not rp.stores:               # (nothing to drop: no bookkeeping per run)
             results = self._run_inline_plan(rp.fused is not None, dev, plan, feeds, check)
         else:
-            made: list = []
-            token = STEP_STORES.set(made)
-            try:
+            with _dropped_if_failed():
                 results = self._run_inline_plan(rp.fused is not None, dev, plan, feeds,
                                                 check)
-            except BaseException:
-                _drop_stores(made)
-                raise
-            finally:
-                STEP_STORES.reset(token)
-                made.clear()
         values: list[Any] = [None] * len(targets)
         for t, v in zip(feed_tensors, feed_values):
             for i, target in enumerate(targets):
@@ -437,12 +422,22 @@ async def _gather_fail_fast(coros: list) -> list:
                 t.exception()     # retrieved (a partition's own interrupt, say): no report
 
 
-def _drop_stores(made: list) -> None:
-    """A run failed: the stacks and TensorArrays it made let go of their values now, not
-    when the caller lets go of the traceback that holds them (dcf/ops/data_ops.py,
-    STEP_STORES)."""
-    for store in made:
-        store.drop()
+@contextlib.contextmanager
+def _dropped_if_failed() -> Iterator[None]:
+    """Around a run whose plan makes stacks or TensorArrays: where it fails, those it made
+    let go of their values now, not when the caller lets go of the traceback that holds
+    them (dcf/ops/data_ops.py, STEP_STORES)."""
+    made: list = []
+    token = STEP_STORES.set(made)
+    try:
+        yield
+    except BaseException:
+        for store in made:
+            store.drop()
+        raise
+    finally:
+        STEP_STORES.reset(token)
+        made.clear()
 
 
 def _to_numpy(v: Any) -> Any:

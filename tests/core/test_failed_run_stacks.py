@@ -15,16 +15,9 @@ import pytest
 import dcf
 from dcf.errors import InvalidArgumentError
 from dcf.ops.data_ops import StackStore, TensorArrayStore
+from tests.core.test_runtime_errors import _fail_at
 
 STEPS, FAIL_AT, N = 12, 7, 64
-
-
-def _fail_at(k: int):
-    def fn(i):
-        if i == k:
-            raise ValueError(f"bad step {i}")
-        return i
-    return fn
 
 
 def _model(device: str = "/cpu:0", swap: bool = False):
@@ -55,7 +48,7 @@ def test_a_failed_run_drops_its_stacks(compiled):
     kept = []
     with dcf.Session(config=compiled) as sess:
         sess.run(w.initializer)
-        with pytest.raises(InvalidArgumentError, match="bad step 7") as info:
+        with pytest.raises(InvalidArgumentError, match="bad value 7") as info:
             sess.run(train)
         kept.append(info.value)                 # the caller keeps the exception
         assert _full_stacks() == []
@@ -77,7 +70,7 @@ def test_a_failed_async_run_drops_its_stacks():
         raise AssertionError("the run did not fail")
 
     err, full = asyncio.run(main())
-    assert "bad step 7" in str(err) and full == []
+    assert "bad value 7" in str(err) and full == []
 
 
 def test_a_failed_run_drops_its_tensor_arrays(compiled):
@@ -93,7 +86,7 @@ def test_a_failed_run_drops_its_tensor_arrays(compiled):
         total = dcf.reduce_sum(ta.stack())
     kept = []
     with dcf.Session(g, config=compiled) as sess:
-        with pytest.raises(InvalidArgumentError, match="bad step 7") as info:
+        with pytest.raises(InvalidArgumentError, match="bad value 7") as info:
             sess.run(total)
         kept.append(info.value)
         gc.collect()
@@ -134,7 +127,7 @@ def test_a_failed_gpu_run_gives_its_saved_values_back(fake_gpus):
         gc.collect()
         gpu.collect()
         base = gpu.used_bytes()
-        with pytest.raises(InvalidArgumentError, match="bad step 7") as info:
+        with pytest.raises(InvalidArgumentError, match="bad value 7") as info:
             sess.run(train)
         kept.append(info.value)
         assert _full_stacks() == []

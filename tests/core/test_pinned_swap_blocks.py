@@ -90,7 +90,7 @@ def check_values_after_a_stack_dies_in_a_cycle(gpu) -> None:
         old = S.GpuStackStore("old", True, gpu)
         for k in range(n):
             old.push(gpu.cp.full((MB // 4,), 100.0 + k, dtype=np.float32))
-        _settle(sw)
+        settle(sw)
         cycle: list = [old]
         cycle.append(cycle)
         del old, cycle
@@ -99,7 +99,7 @@ def check_values_after_a_stack_dies_in_a_cycle(gpu) -> None:
         new = S.GpuStackStore("new", True, gpu)
         for k in range(2 * n):
             new.push(gpu.cp.full((MB // 4,), float(k), dtype=np.float32))
-        _settle(sw)
+        settle(sw)
         assert gpu.stats["swap_outs"] >= 2 * n
         for k in range(2 * n - 1, -1, -1):
             np.testing.assert_array_equal(gpu.cp.asnumpy(new.pop()),
@@ -112,8 +112,8 @@ def check_values_after_a_stack_dies_in_a_cycle(gpu) -> None:
         drop_idle_blocks(gpu)
 
 
-def _settle(sw) -> None:
-    """Every owed byte moved and every copy done (as tests/gpu/test_gpu_swapper.py)."""
+def settle(sw) -> None:
+    """Every owed byte moved and every copy done (tests/gpu/test_gpu_swapper.py too)."""
     sw.tick(True)
     while sw.out or (sw.owed > 0 and sw._next()[0] is not None):
         sw.pump(force=True)

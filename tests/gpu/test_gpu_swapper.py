@@ -18,6 +18,7 @@ from dcf.actors import gpu_swap as S
 from tests.core.test_pinned_swap_blocks import (PinnedPool, check_block_dropped_in_a_cycle,
                                                 check_values_after_a_stack_dies_in_a_cycle,
                                                 drop_idle_blocks)
+from tests.core.test_pinned_swap_blocks import settle as _settle
 
 MB = 1 << 20
 
@@ -36,15 +37,6 @@ def gpu():
 
 def _fill(gpu, k: int, nbytes: int = MB):
     return gpu.cp.full((nbytes // 4,), float(k), dtype=np.float32)
-
-
-def _settle(sw) -> None:
-    sw.tick(True)
-    while sw.out or (sw.owed > 0 and sw._next()[0] is not None):
-        sw.pump(force=True)
-        if sw.out:
-            sw.out[-1][1].synchronize()
-        sw.collect()
 
 
 def _pushed_and_settled(gpu, keep, nbytes: int = MB, n: int = 8) -> tuple:
