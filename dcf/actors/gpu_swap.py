@@ -603,7 +603,7 @@ class GpuStackStore(StackStore):
         """Let go of every entry, as the stack's own end would: a record whose copy is
         still running keeps its buffers until the copy is done (_Rec, the swapper's
         copies in flight)."""
-        self.items.clear()
+        super().drop()
         self.scan, self.head, self.held, self.held_run = 0, None, False, 0
 
     def pop(self) -> Any:
