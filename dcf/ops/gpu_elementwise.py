@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from dcf.ops.gpu_raw import BLOCK, RawLoop, c_contiguous, row_stride
+from dcf.ops.gpu_raw import BLOCK, RawLoop, c_contiguous, compile_in_background, row_stride
 
 __all__ = ["RawElementwise", "raw_elementwise", "raw_gpu", "add_n_gpu", "SINGLE"]
 
@@ -42,7 +42,8 @@ _names = itertools.count()
 # an input) gets a kernel of its own with n compiled in: cupy's launch costs the host
 # about a microsecond per argument (bench/NOTES.md, "GPU, session 11"), and a loop
 # launches the same sizes over and over. At most SIZED_MAX such kernels per expression;
-# a launch of one also skips n's numpy scalar and the grid's arithmetic.
+# a launch of one also skips n's numpy scalar and the grid's arithmetic. The copy is
+# compiled on a helper thread; launches go on through the general kernel until it is done.
 SIZED_AFTER = 32
 SIZED_MAX = 8
 
@@ -74,6 +75,7 @@ class RawElementwise:
         # (dtype char, j or -1, size) -> (kernel with n compiled in, grid); launches by size
         self._sized: dict[tuple, tuple] = {}
         self._launches: dict[tuple, int] = {}
+        self._pending: dict[tuple, tuple] = {}   # the same key -> (kernel, its compile)
 
     def __call__(self, args: tuple) -> Any:
         """The result as a new device array, or None when `args` don't fit (above)."""
@@ -101,21 +103,30 @@ class RawElementwise:
 
     def _count(self, char: str, j: int, size: int) -> tuple | None:
         """One more launch of `size` through the all-"a" kernel (j = -1) or the one over
-        in{j}: its own kernel once it has been launched SIZED_AFTER times (None before,
-        and once SIZED_MAX sizes have one)."""
-        if len(self._sized) >= SIZED_MAX:
-            return None
+        in{j}: its own kernel once it has been launched SIZED_AFTER times and compiled on
+        the helper thread (gpu_raw.compile_in_background; None before, and once SIZED_MAX
+        sizes have one)."""
         key = (char, j, size)
+        pending = self._pending.get(key)
+        if pending is not None:
+            if not pending[1].done():
+                return None
+            del self._pending[key]
+            pending[1].result()              # (a compile error surfaces here)
+            ks = self._sized[key] = (pending[0], RawLoop.grid(size))
+            return ks
+        if len(self._sized) + len(self._pending) >= SIZED_MAX:
+            return None
         n = self._launches.get(key, 0) + 1
         if n < SIZED_AFTER:
             if len(self._launches) >= 64 * SIZED_MAX:    # sizes that never come back
                 self._launches.clear()
             self._launches[key] = n
             return None
-        loop = self._loops[(char, self._plain(j))]
-        ks = self._sized[key] = (loop.kernel(self.cp, char, size=size), RawLoop.grid(size))
         self._launches.pop(key, None)
-        return ks
+        k = self._loops[(char, self._plain(j))].kernel(self.cp, char, size=size)
+        self._pending[key] = (k, compile_in_background(self.cp, k))
+        return self._count(char, j, size)       # (done at once where nothing compiles)
 
     def _launch(self, k: Any, shape: tuple, dt: Any, size: int, params: Any,
                 out: Any = None) -> Any:

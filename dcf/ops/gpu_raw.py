@@ -16,11 +16,13 @@ built on this too, without FMA contraction).
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
-__all__ = ["RawLoop", "c_contiguous", "row_stride", "BLOCK"]
+__all__ = ["RawLoop", "c_contiguous", "row_stride", "BLOCK", "compile_in_background"]
 
 
 def c_contiguous(a: Any) -> bool:
@@ -45,6 +47,33 @@ def row_stride(a: Any) -> int | None:
     if s1 != size or s0 % size or s0 < a.shape[1] * size:
         return None
     return s0 // size
+
+
+_compiler: tuple[int, ThreadPoolExecutor] | None = None    # (pid, its one thread)
+
+
+def compile_in_background(cp: Any, k: Any) -> Future:
+    """Compile raw kernel `k` for the current GPU on a helper thread; the future is done
+    once a launch of `k` on this GPU needs no compile. For kernels the host can do
+    without for now (a copy with its size compiled in, gpu_elementwise.SIZED_AFTER): NVRTC
+    takes ~60 ms of a cold process, and cupy runs it without the GIL, so the loop that
+    asked goes on launching the general kernel meanwhile instead of stalling. Kernels
+    without `compile` (the test stand-ins) have nothing to compile ahead."""
+    global _compiler
+    compile_ = getattr(k, "compile", None)
+    if compile_ is None:
+        done: Future = Future()
+        done.set_result(None)
+        return done
+    device = cp.cuda.runtime.getDevice()
+
+    def work() -> None:
+        with cp.cuda.Device(device):      # the thread's current GPU: cupy loads it there
+            compile_()
+
+    if _compiler is None or _compiler[0] != os.getpid():     # (none survives a fork)
+        _compiler = (os.getpid(), ThreadPoolExecutor(1, thread_name_prefix="dcf-nvrtc"))
+    return _compiler[1].submit(work)
 
 
 _THREADS = 256

@@ -98,11 +98,22 @@ def test_a_size_launched_often_gets_its_own_kernel_with_the_same_bits(cp, n):
         z = x.copy()
         assert t.into((z,), 0) is z
         np.testing.assert_array_equal(cp.asnumpy(z), want_tanh)
-        sized = i >= GE.SIZED_AFTER         # the first launch compiles (and is not counted)
+        # the first launch compiles (and is not counted); the SIZED_AFTER-th sends the
+        # sized kernel to the helper thread (waited for here), the next launches it
+        sized = i > GE.SIZED_AFTER
         assert ((("f", -1, n) in k._sized) == sized) and ((("f", 0, n) in t._sized) == sized)
+        _compiled(k, t)
     for m in range(1, 2 * GE.SIZED_MAX + 2):            # many sizes, each launched often
         a = x[:m].copy()
-        for _ in range(GE.SIZED_AFTER):
+        for _ in range(GE.SIZED_AFTER + 1):
             got = k((a, a))
+            _compiled(k)
         np.testing.assert_array_equal(cp.asnumpy(got), cp.asnumpy(a) + cp.asnumpy(a))
     assert len(k._sized) == GE.SIZED_MAX
+
+
+def _compiled(*kernels):
+    """Wait for the sized kernels compiling on the helper thread."""
+    for k in kernels:
+        for _, done in list(k._pending.values()):
+            done.result(60)

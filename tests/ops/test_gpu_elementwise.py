@@ -6,7 +6,9 @@ tests/gpu/test_gpu_raw_elementwise.py.)"""
 
 from __future__ import annotations
 
+import contextlib
 import re
+import threading
 import types
 
 import numpy as np
@@ -25,6 +27,7 @@ def _dev(a):
 
 class _RawKernel:
     compiled: list = []
+    launched: list = []
 
     def __init__(self, code, name, options=()):
         assert "--fmad=false" in options
@@ -38,8 +41,10 @@ class _RawKernel:
 
     def __call__(self, grid, block, args):
         assert len(args) == len(self.params)
+        _RawKernel.launched.append(self.name)
         env = dict(zip(self.params, args))
-        out, n = env["out"], int(env["n"])
+        sized = re.search(r"const long long n = \(long long\)(\d+);", self.code)
+        out, n = env["out"], int(sized.group(1) if sized else env["n"])
         assert isinstance(out, _Dev) and out.size == n and grid[0] * block[0] >= min(n, 256)
         T = np.float32 if self.ctype == "float" else np.float64
         i = np.arange(n)
@@ -156,6 +161,80 @@ def test_one_kernel_per_dtype_and_layout():
     assert len(_RawKernel.compiled) == 4
     assert {n.rsplit("_", 2)[1:] == [lay, c] for n, lay, c in
             zip(_RawKernel.compiled, ["aa", "aa", "ar", "as"], "fdff")} == {True}
+
+
+def _compiling_stand_in(compile_):
+    """The stand-in with kernels that compile ahead (`compile_(kernel)`, as cupy's
+    RawKernel.compile) and a current GPU (3) that a thread sets with cuda.Device."""
+    current = threading.local()
+
+    @contextlib.contextmanager
+    def device(d):
+        before = getattr(current, "d", 0)
+        current.d = d
+        yield
+        current.d = before
+
+    class Compiling(_RawKernel):
+        def compile(self):
+            compile_(self, getattr(current, "d", 0))
+
+    cuda = types.SimpleNamespace(runtime=types.SimpleNamespace(getDevice=lambda: 3),
+                                 Device=device)
+    return types.SimpleNamespace(ndarray=_Dev, RawKernel=Compiling, cuda=cuda,
+                                 empty=lambda shape, dt: np.empty(shape, dt).view(_Dev))
+
+
+def test_a_size_launched_often_gets_its_own_kernel_compiled_off_the_loop():
+    """After SIZED_AFTER launches of one size its own kernel is compiled on a helper
+    thread, for the launching GPU; until that is done the launches go on through the
+    general kernel (they don't wait), then use the sized one. Same values throughout."""
+    from dcf.ops import gpu_elementwise as GE
+
+    started, release, compiles = threading.Event(), threading.Event(), []
+
+    def compile_(kernel, device):
+        compiles.append((kernel.name, threading.current_thread().name, device))
+        started.set()
+        assert release.wait(30)
+
+    k = RawElementwise(_compiling_stand_in(compile_), "in0 + in1", 2, "add")
+    x, y = (_dev(np.random.default_rng(5).standard_normal((6, 7)).astype(np.float32))
+            for _ in range(2))
+    _RawKernel.launched = []
+    for _ in range(GE.SIZED_AFTER + 1 + 4):   # (the first launch, general, is not counted)
+        np.testing.assert_array_equal(np.asarray(k((x, y))), x + y)
+    key = ("f", -1, x.size)
+    assert started.wait(30)     # (the helper may first finish compiles queued before)
+    assert key in k._pending and key not in k._sized and len(compiles) == 1
+    sized_name, thread, device = compiles[0]
+    assert thread.startswith("dcf-nvrtc") and device == 3
+    assert sized_name not in _RawKernel.launched and len(set(_RawKernel.launched)) == 1
+    release.set()
+    k._pending[key][1].result(30)
+    for _ in range(2):
+        np.testing.assert_array_equal(np.asarray(k((x, y))), x + y)
+    assert key in k._sized and not k._pending
+    assert _RawKernel.launched[-2:] == [sized_name] * 2
+
+
+def test_a_failed_ahead_compile_surfaces_at_the_next_launch():
+    from dcf.ops import gpu_elementwise as GE
+
+    release = threading.Event()
+
+    def compile_(kernel, device):
+        assert release.wait(30)
+        raise RuntimeError("NVRTC rejected the source")
+
+    k = RawElementwise(_compiling_stand_in(compile_), "in0 * in1", 2, "mul")
+    x = _dev(np.ones((3, 3), np.float32))
+    for _ in range(GE.SIZED_AFTER + 1):
+        k((x, x))
+    release.set()
+    assert isinstance(k._pending[("f", -1, 9)][1].exception(30), RuntimeError)
+    with pytest.raises(RuntimeError, match="NVRTC rejected"):
+        k((x, x))
 
 
 def test_sigmoid_grad_takes_the_raw_kernel_only_for_same_shaped_arrays():
