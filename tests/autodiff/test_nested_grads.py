@@ -1,0 +1,98 @@
+"""Gradients of every construct nested one and two deep (and a set three deep), on every
+execution path and split over devices, against central finite differences of the plain
+Python reference of tests/core/test_nesting.py (float64; no dcf in the reference).
+
+The constructs are piecewise smooth in x (data-dependent trip counts and cond
+thresholds); a point is checked only where the reference has one value over the whole
+difference stencil, so the derivative exists there and the difference approximates it.
+What this covers that the single-construct tests don't: a loop's gradient inside a
+cond's and the other way round, stacks of an inner loop pushed from an outer loop's
+iterations, loop-invariant accumulation of values captured from outer frames (the
+TensorArray loop and map_fn read x inside), integer trip counts (no gradient) computed
+from the differentiated value, and the backward frames placed on other devices than
+their forward control."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import dcf
+from tests.autodiff.gradcheck import OPTS
+from tests.core.test_nesting import F64, NAMES, _compose
+
+XS = [-0.9, 0.3, 0.6, 1.7, -1.45]
+_H = 1e-5           # the stencil's step
+
+
+def _fd(ref, x: float) -> float | None:
+    """The reference's central difference at x, or None where the stencil meets an edge
+    (more than one possible value at some point of it, or values that jump)."""
+    pts = [x - 2 * _H, x - _H, x, x + _H, x + 2 * _H]
+    vals = [ref(p) for p in pts]
+    if any(len(v) != 1 for v in vals):
+        return None
+    f = [v[0] for v in vals]
+    d1 = (f[3] - f[1]) / (2 * _H)
+    d2 = (f[4] - f[0]) / (4 * _H)
+    if not np.isclose(d1, d2, rtol=1e-4, atol=1e-6):      # a kink or jump inside
+        return None
+    return (4 * d1 - d2) / 3                                 # Richardson: O(h^4)
+
+
+def _grads(combo, xs, config, split=False):
+    dcf.reset_default_graph()
+    build, ref = _compose(combo, split=split)
+    x = dcf.placeholder(F64, (), name="x")
+    y = build(x)
+    (g,) = dcf.gradients(y, [x])
+    with dcf.Session(config=config) as sess:
+        got = [sess.run([y, g], {x: v}, options=OPTS) for v in xs]
+    return got, ref
+
+
+def _check(got, xs, ref, combo) -> int:
+    checked = 0
+    for (y, g), v in zip(got, xs):
+        want = _fd(ref, v)
+        if want is None:
+            continue
+        checked += 1
+        assert np.isclose(g, want, rtol=1e-6, atol=1e-7), \
+            f"{'-in-'.join(reversed(combo))} at x={v}: gradient {g!r}, finite differences {want!r}"
+        assert any(np.isclose(y, c, rtol=1e-10, atol=1e-12) for c in ref(v))
+    return checked
+
+
+COMBOS = [c for depth in (1, 2) for c in itertools.product(NAMES, repeat=depth)]
+DEEP = [("while", "cond", "while"), ("cond", "while", "ta_loop"), ("scan", "while", "cond"),
+        ("map_fn", "ta_loop", "while"), ("while", "while", "while"),
+        ("ta_loop", "scan", "map_fn")]
+
+
+@pytest.mark.parametrize("combo", COMBOS + DEEP, ids=["-in-".join(reversed(c)) for c in COMBOS + DEEP])
+def test_nested_gradients_match_finite_differences(combo, compiled):
+    got, ref = _grads(combo, XS, compiled)
+    assert _check(got, XS, ref, combo) >= 3        # most points are away from the edges
+
+
+@pytest.mark.parametrize("combo", [c for c in COMBOS if len(c) == 2] + DEEP[:3],
+                         ids=lambda c: "-in-".join(reversed(c)))
+def test_nested_gradients_split_over_devices(combo):
+    """Each level's body on another device than its control: the backward loops' stacks
+    and accumulators cross devices as the forward's values did."""
+    got, ref = _grads(combo, XS, dcf.SessionConfig(), split=True)
+    assert _check(got, XS, ref, combo) >= 3
+
+
+@given(combo=st.lists(st.sampled_from(NAMES), min_size=1, max_size=3).map(tuple),
+       xs=st.lists(st.floats(-2.4, 2.4), min_size=1, max_size=3),
+       compile_frames=st.booleans())
+@settings(max_examples=25, deadline=None)
+def test_nested_gradients_at_random_points(combo, xs, compile_frames):
+    got, ref = _grads(combo, xs, dcf.SessionConfig(compile_frames=compile_frames))
+    _check(got, xs, ref, combo)
