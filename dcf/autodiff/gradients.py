@@ -375,6 +375,8 @@ def _unit_grad(state: GradState, u: _Unit, out_grads: list,
         bool(internal)
     if all(g is None for g in out_grads) and not extra:
         return [None] * len(u.inputs), {}
+    if u.kind != "op":
+        _check_second_order(state.graph, u)
     if u.kind == "op":
         if u.obj.type == "StackPopV2" and u.obj in state.graph._pop_source:
             from dcf.autodiff.loop_state import push_pop_grad
@@ -387,6 +389,36 @@ def _unit_grad(state: GradState, u: _Unit, out_grads: list,
     if u.kind == "cond":
         return control_flow_grad.cond_grad(state, u.obj, u.inputs, out_grads, internal or {})
     return control_flow_grad.while_grad(state, u.obj, u.inputs, out_grads, need)
+
+
+def _check_second_order(graph: Graph, u: _Unit) -> None:
+    """Differentiating a gradient loop that holds another gradient construct, or a
+    gradient cond that holds a gradient loop (the gradient of a loop nested in a cond or
+    a loop, or of a cond nested in a loop), is not built yet: its second-order terms
+    through the inner construct's saved values would be missing, so refuse instead of
+    returning a wrong derivative. Gradient conds nested in gradient conds, and gradient
+    loops holding no other construct, are differentiated (tests/autodiff/
+    test_nested_grads.py, test_second_order_tensor_array.py)."""
+    from dcf.autodiff.loop_state import GradCondContext, GradWhileContext
+
+    ctxs = (u.obj,) if u.kind == "while" else tuple(u.obj.branches.values())
+    if not any(isinstance(c, (GradWhileContext, GradCondContext)) for c in ctxs):
+        return
+    loop = u.kind == "while"
+    for op in graph.get_operations():
+        c = op.ctx
+        inner = None
+        while c is not None and c not in ctxs:
+            inner = c if isinstance(c, (GradWhileContext, GradCondContext)) and \
+                (loop or isinstance(c, GradWhileContext)) else inner
+            c = c.outer
+        if c is not None and inner is not None:
+            what = "loop" if loop else "cond"
+            raise NotImplementedError(
+                f"second-order gradients through a gradient {what} "
+                f"('{ctxs[0].describe()}') that holds another gradient construct "
+                f"('{inner.describe()}') are not supported yet: the derivative of a loop "
+                "nested in a cond or a loop, or of a cond nested in a loop, would miss terms")
 
 
 def _op_grad(op: Operation, out_grads: list) -> list:

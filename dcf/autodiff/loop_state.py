@@ -121,7 +121,14 @@ class GradCondContext(_GradMixin, CondContext):
 
     def _raw_switch(self, t: Tensor) -> Tensor:
         """Switch(t, pred) in the outer context although t lives in a forward branch
-        (no capture checks: t is dead exactly when this branch is not taken)."""
+        (no capture checks: t is dead exactly when this branch is not taken); through
+        the outer gradient cond's own capture where this one is nested in one."""
+        if isinstance(self.outer, GradCondContext) and not self.outer._is_inside(t):
+            # a gradient cond nested in another: t reaches it through the outer one's
+            # capture, so that at second order the outer gradient cond is a unit with t
+            # among its inputs and t's gradient leaves it (read directly, t would be a
+            # leaf of the outer branch's reverse walk and its gradient lost)
+            t = self.outer.capture(t)
         g = t.graph
         with g._control_flow_context(self.outer), g.control_dependencies(None):
             op = g.create_op("Switch", [t, self.pred], [t.type, t.type], name="Switch",
