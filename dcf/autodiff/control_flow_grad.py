@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from dcf.autodiff.gradients import GradState, _inside, differentiable, on_device, vjp
+from dcf.autodiff.gradients import (GradState, _inside, captured_switches, differentiable,
+                                    on_device, vjp)
 from dcf.autodiff.loop_state import GradCondContext, GradWhileContext, forward_counter
 from dcf.control_flow import CondInfo, WhileContext, cond, while_loop
 from dcf.graph import Operation, Tensor
@@ -71,8 +72,7 @@ def cond_grad(state: GradState, info: CondInfo, inputs: list[Tensor],
     g = state.graph
     branch_ins: dict[int, list[tuple[Tensor, Tensor]]] = {}
     for b in (1, 0):
-        branch_ins[b] = [(sw_out.op.inputs[0], sw_out)
-                         for sw_out in info.branches[b]._captured.values()]
+        branch_ins[b] = [(sw_out.op.inputs[0], sw_out) for sw_out in captured_switches(info, b)]
     ext = inputs  # same order as the unit's inputs: true branch's, then false branch's
     outs = [m.outputs[0] for m in info.merges]
     diff = [k for k, o in enumerate(outs) if differentiable(o) and
@@ -194,9 +194,14 @@ def while_grad(state: GradState, w: WhileContext, inputs: list[Tensor],
         return n - 1, new_dv, new_acc, new_tacc
 
     after = [x for loop in state.stack_grad_loops.get(w, []) for x in loop.exits]
+    # second order: a loop nested in this one pops extra gradients from one stack for
+    # all its runs (loop_state.push_pop_grad): its runs must come one after another
+    nested_pops = any(_inside(t, w) and t.op.ctx is not None and t.op.ctx.while_ctx is not w
+                      for t in state.stack_grads)
     with _grad_classes(g, while_cls=factory), g.control_dependencies(after):
         res = while_loop(lambda n, *_: n > 0, body, (count, d0, acc0, tacc0),
-                         parallel_iterations=w.parallel_iterations, back_prop=True,
+                         parallel_iterations=1 if nested_pops else w.parallel_iterations,
+                         back_prop=True,
                          swap_memory=w.swap_memory, name=f"{w.frame_name}_grad",
                          _lenient_shapes=True)
     _, dv, acc, tacc = res

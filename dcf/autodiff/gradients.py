@@ -220,17 +220,37 @@ class _Units:
     def _cond(self, info: CondInfo) -> _Unit:
         u = self.by_key.get(info)
         if u is None:
-            ins = []
-            for b in (1, 0):
-                for sw_out in info.branches[b]._captured.values():
-                    ins.append(sw_out.op.inputs[0])
+            ins = [sw_out.op.inputs[0] for b in (1, 0) for sw_out in captured_switches(info, b)]
             u = self.by_key[info] = _Unit("cond", info, [m.outputs[0] for m in info.merges], ins)
         return u
 
 
+def captured_switches(info: CondInfo, branch: int) -> list[Tensor]:
+    """The Switch outputs through which `branch` of cond `info` reads outer values: its
+    inputs as a unit. A gradient cond in a backward loop also captures a saved forward
+    value as a stack pop made inside the branch (whose handle enters through a Switch of
+    its own); such a pop is the branch's own op, not an input."""
+    sw_of = info.pred.graph._cond_of_switch
+    return [sw_out for sw_out in info.branches[branch]._captured.values()
+            if sw_out.op.type == "Switch" and sw_of.get(sw_out.op, info) is info]
+
+
+def _value_ctx(t: Tensor) -> Any:
+    """The context where t is read as a value: a cond's Switch output in the branch it
+    feeds (the Switch op itself sits outside the cond), anything else where its op was
+    made (an Exit's value after its loop)."""
+    op = t.op
+    if op.type == "Switch":
+        info = t.graph._cond_of_switch.get(op)
+        if info is not None and t.index in info.branches:
+            return info.branches[t.index]
+    return op.ctx
+
+
 def _inside(t: Tensor, ctx: Any) -> bool:
-    """Whether t's value lives in ctx or in a context nested in it."""
-    c = t.op.frame_ctx if t.op.type == "Exit" else t.op.ctx
+    """Whether t's value lives in ctx or in a context nested in it (an Exit's value
+    counts as its loop's; a cond's Switch output as the branch's it feeds)."""
+    c = t.op.frame_ctx if t.op.type == "Exit" else _value_ctx(t)
     while c is not None:
         if c is ctx:
             return True
@@ -279,7 +299,7 @@ def vjp(state: GradState, ys: list[Tensor], xs: list[Tensor], grad_ys: list,
     grads: dict[Tensor, list[Tensor]] = {}
     ys, grad_ys = list(ys), list(grad_ys)
     for t, handles in state.stack_grads.items():
-        if t.op.ctx is level and level is not None:
+        if _value_ctx(t) is level and level is not None:
             from dcf.autodiff.loop_state import pop_stack_grads
 
             ys.append(t)
@@ -293,6 +313,14 @@ def vjp(state: GradState, ys: list[Tensor], xs: list[Tensor], grad_ys: list,
         u = units.of(y)
         if u is not None:
             visit(u)
+    for t in state.stack_grads:
+        # second order: a construct here holding a saved value whose gradients wait on
+        # stacks is differentiated even where no gradient reaches its outputs (a loop
+        # in a cond branch whose result the first gradient did not read, say)
+        if _value_ctx(t) is not level and (level is None or _inside(t, level)):
+            u = units.of(t)
+            if u is not None and u.kind != "op":
+                visit(u)
     # Pending: how many between-units consume each unit's outputs.
     between = {id(u) for u in order}
     pending: dict[int, int] = {id(u): 0 for u in order}
@@ -363,20 +391,26 @@ def vjp(state: GradState, ys: list[Tensor], xs: list[Tensor], grad_ys: list,
 
 
 def _has_inner_target(u: _Unit, state: GradState) -> bool:
+    """Whether a target of the call, or a saved value with second-order gradients on
+    stacks (state.stack_grads), lives inside construct u: its gradient rule must run
+    even where no gradient reaches u's outputs."""
+    inner = itertools.chain(state.targets, state.stack_grads)
     if u.kind == "while":
-        return any(_inside(x, u.obj) for x in state.targets)
+        return any(_inside(x, u.obj) for x in inner)
     info = u.obj
-    return any(_inside(x, info.branches[b]) for b in (0, 1) for x in state.targets)
+    return any(_inside(x, info.branches[0]) or _inside(x, info.branches[1]) for x in inner)
+
+
+def _contexts(u: _Unit) -> tuple:
+    return (u.obj,) if u.kind == "while" else tuple(u.obj.branches.values())
 
 
 def _unit_grad(state: GradState, u: _Unit, out_grads: list,
                internal: dict | None = None, need: list | None = None) -> tuple[list, dict]:
-    extra = (u.kind == "while" and any(t.op.ctx is u.obj for t in state.stack_grads)) or \
-        bool(internal)
+    extra = (u.kind != "op" and any(_inside(t, c) for t in state.stack_grads
+                                    for c in _contexts(u))) or bool(internal)
     if all(g is None for g in out_grads) and not extra:
         return [None] * len(u.inputs), {}
-    if u.kind != "op":
-        _check_second_order(state.graph, u)
     if u.kind == "op":
         if u.obj.type == "StackPopV2" and u.obj in state.graph._pop_source:
             from dcf.autodiff.loop_state import push_pop_grad
@@ -389,36 +423,6 @@ def _unit_grad(state: GradState, u: _Unit, out_grads: list,
     if u.kind == "cond":
         return control_flow_grad.cond_grad(state, u.obj, u.inputs, out_grads, internal or {})
     return control_flow_grad.while_grad(state, u.obj, u.inputs, out_grads, need)
-
-
-def _check_second_order(graph: Graph, u: _Unit) -> None:
-    """Differentiating a gradient loop that holds another gradient construct, or a
-    gradient cond that holds a gradient loop (the gradient of a loop nested in a cond or
-    a loop, or of a cond nested in a loop), is not built yet: its second-order terms
-    through the inner construct's saved values would be missing, so refuse instead of
-    returning a wrong derivative. Gradient conds nested in gradient conds, and gradient
-    loops holding no other construct, are differentiated (tests/autodiff/
-    test_nested_grads.py, test_second_order_tensor_array.py)."""
-    from dcf.autodiff.loop_state import GradCondContext, GradWhileContext
-
-    ctxs = (u.obj,) if u.kind == "while" else tuple(u.obj.branches.values())
-    if not any(isinstance(c, (GradWhileContext, GradCondContext)) for c in ctxs):
-        return
-    loop = u.kind == "while"
-    for op in graph.get_operations():
-        c = op.ctx
-        inner = None
-        while c is not None and c not in ctxs:
-            inner = c if isinstance(c, (GradWhileContext, GradCondContext)) and \
-                (loop or isinstance(c, GradWhileContext)) else inner
-            c = c.outer
-        if c is not None and inner is not None:
-            what = "loop" if loop else "cond"
-            raise NotImplementedError(
-                f"second-order gradients through a gradient {what} "
-                f"('{ctxs[0].describe()}') that holds another gradient construct "
-                f"('{inner.describe()}') are not supported yet: the derivative of a loop "
-                "nested in a cond or a loop, or of a cond nested in a loop, would miss terms")
 
 
 def _op_grad(op: Operation, out_grads: list) -> list:

@@ -226,11 +226,11 @@ def push_pop_grad(state: Any, pop: Operation, grad: Tensor) -> None:
     g = pop.graph
     ctx = g._ctx
     w = t.op.ctx.while_ctx if t.op.ctx is not None else None
-    if t.op.ctx is not w:
-        raise NotImplementedError(
-            f"second-order gradients through values saved inside a cond inside a loop "
-            f"('{t.name}') are not supported yet")
-    outer = ctx.while_ctx.outer if ctx is not None and ctx.while_ctx is not None else None
+    # the stack outside every loop around the pushes (one stack for the whole run, as
+    # the saved-value stacks: in an inner loop's frame there would be one per outer
+    # iteration, out of reach of the loop that pops)
+    outer = _outermost(ctx.while_ctx).outer if ctx is not None and ctx.while_ctx is not None \
+        else None
     with g._control_flow_context(outer), g.control_dependencies(None):
         handle = apply("StackV2", [], name="grad_stack", elem_type=grad.dtype,
                        stack_name=f"{t.name}@grad", swap_memory=False)
@@ -238,9 +238,45 @@ def push_pop_grad(state: Any, pop: Operation, grad: Tensor) -> None:
     state.stack_grads.setdefault(t, []).append(handle)
     loop = ctx.while_ctx if ctx is not None else None
     if loop is not None:
-        # t's backward loop must start only after this loop pushed everything
-        state.stack_grad_loops.setdefault(w, []).append(loop)
+        # t's backward loop must start only after this loop pushed everything: for
+        # nested loops, the outermost backward loop around t waits for the outermost
+        # loop around the pushes (the two are in one frame; the inner ones are not)
+        state.stack_grad_loops.setdefault(_outermost(w), []).append(_outermost(loop))
         loop.extra_pushes = getattr(loop, "extra_pushes", []) + [push]
+        # one stack takes the pushes of every run of this loop: the loops around it run
+        # one iteration at a time, so those runs push in their forward order (within
+        # one frame, stack ops already run in iteration order)
+        c = loop.outer
+        while c is not None:
+            if c.while_ctx is not None:
+                sequential(c.while_ctx)
+                c = c.while_ctx.outer
+            else:
+                c = c.outer
+
+
+def sequential(w: Any) -> None:
+    """Make loop `w` run one iteration at a time (parallel_iterations 1), also the
+    Enters already made for it."""
+    if w.parallel_iterations == 1:
+        return
+    w.parallel_iterations = 1
+    name = w.frame_name
+    for op in w.loop_cond.graph.get_operations():
+        if op.type == "Enter" and op.attrs.get("frame_name") == name:
+            op.attrs["parallel_iterations"] = 1
+
+
+def _outermost(w: Any) -> Any:
+    """The outermost loop that holds while context `w` (w itself if none does)."""
+    c = w.outer
+    while c is not None:
+        if c.while_ctx is not None:
+            w = c.while_ctx
+            c = w.outer
+        else:
+            c = c.outer
+    return w
 
 
 def pop_stack_grads(t: Tensor, handles: list) -> Tensor:
