@@ -108,9 +108,12 @@ class GradCondContext(_GradMixin, CondContext):
             # still enters through its own Switch so the gradient cond is differentiable
             got = self._raw_switch(t) if loop is None else loop.saved_value(t, pop_ctx=self)
         elif t.op.ctx is not None and t.op.ctx.while_ctx is None and \
+                self.while_ctx is None and \
                 t.op.ctx not in (self.outer.chain() if self.outer is not None else []):
             # a value of another forward branch (second order): dead exactly when that
-            # branch was not taken, which is when nothing here needs it live
+            # branch was not taken, which is when nothing here needs it live. (Not from
+            # inside a loop: a value from outside it enters it first, below -- read
+            # directly, it would cross into the loop's frame without an Enter.)
             got = self._raw_switch(t)
         else:
             got = self._route_in(t)

@@ -71,7 +71,7 @@ def _check(got, xs, ref, combo) -> int:
 COMBOS = [c for depth in (1, 2) for c in itertools.product(NAMES, repeat=depth)]
 DEEP = [("while", "cond", "while"), ("cond", "while", "ta_loop"), ("scan", "while", "cond"),
         ("map_fn", "ta_loop", "while"), ("while", "while", "while"),
-        ("ta_loop", "scan", "map_fn")]
+        ("ta_loop", "scan", "map_fn"), ("cond", "ta_loop", "cond"), ("cond", "while", "cond")]
 
 
 @pytest.mark.parametrize("combo", COMBOS + DEEP, ids=["-in-".join(reversed(c)) for c in COMBOS + DEEP])
@@ -138,3 +138,63 @@ def test_nested_second_derivatives_match_finite_differences(combo, compiled):
         assert np.isclose(hv, want, rtol=1e-5, atol=1e-5), \
             f"{'-in-'.join(reversed(combo))} at x={v}: d2y/dx2 {hv!r}, finite differences {want!r}"
     assert checked >= 2
+
+
+def _out_frame(op):
+    """The frame an op's outputs live in: an Enter's in its loop, an Exit's in the loop's
+    outer frame, any other op's in the frame it runs in."""
+    if op.type == "Enter":
+        return op.ctx
+    if op.type == "Exit":
+        return op.ctx.while_ctx if op.ctx is not None else None
+    return op.frame_ctx
+
+
+def frame_crossings(graph) -> list:
+    """Edges (data or control) whose value would cross into or out of a loop's frame
+    without its Enter or Exit: the tagged-token executor cannot deliver them (a run
+    waits forever or an op reads the wrong iteration), even where straight-line
+    compiled code happens to read the right value."""
+    bad = []
+    for op in graph.get_operations():
+        for src in [t.op for t in op.inputs] + list(op.control_inputs):
+            if _out_frame(src) is not op.frame_ctx:
+                bad.append(f"{src.name} -> {op.name}")
+    return bad
+
+
+ALL3 = [c for depth in (1, 2, 3) for c in itertools.product(NAMES, repeat=depth)]
+
+
+def test_gradient_graphs_of_every_nesting_keep_values_in_their_frames():
+    """Every nesting three deep, first and second order: no edge skips an Enter/Exit.
+    (A gradient cond inside a backward loop once read a forward cond's saved-value
+    stack from outside the loop directly: cond in TensorArray loop in cond hung on the
+    tagged executor and in traced runs.)"""
+    found = {}
+    for combo in ALL3:
+        dcf.reset_default_graph()
+        build, _ = _compose(combo)
+        x = dcf.placeholder(F64, (), name="x")
+        (g,) = dcf.gradients(build(x), [x])
+        dcf.gradients(g, [x])
+        bad = frame_crossings(g.graph)
+        if bad:
+            found["-in-".join(reversed(combo))] = bad[:2]
+    assert not found, found
+
+
+@pytest.mark.parametrize("combo", [("cond", "ta_loop", "cond"), ("cond", "while", "cond")],
+                         ids=lambda c: "-in-".join(reversed(c)))
+def test_traced_runs_of_nested_gradients_give_the_untraced_values(combo):
+    """A traced run takes the tagged-token executor with the default config: the
+    gradient of a cond in a loop in a cond hung there before its frames were fixed."""
+    build, ref = _compose(combo)
+    x = dcf.placeholder(F64, (), name="x")
+    (g,) = dcf.gradients(build(x), [x])
+    with dcf.Session() as sess:
+        for v in XS:
+            md = dcf.RunMetadata()
+            traced = sess.run(g, {x: v}, options=dcf.RunOptions(trace=True, timeout_s=30),
+                              run_metadata=md)
+            assert traced == sess.run(g, {x: v}, options=OPTS) and md.trace
