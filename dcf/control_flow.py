@@ -485,3 +485,40 @@ def _check_loop_var(fname: str, k: int, leaves: list, enter: Tensor, result: Ten
             f"while_loop '{fname}': loop var {k} has shape {shape_str(a)} when it enters the "
             f"loop but {shape_str(b)} after one iteration; pass shape_invariants to allow a "
             "shape that changes across iterations")
+
+
+def _output_frame(op: Operation) -> Any:
+    """The loop frame an op's outputs live in (None: the root): an Enter's in its loop,
+    an Exit's in the loop's outer frame, any other op's in the frame it runs in."""
+    if op.type == "Enter":
+        return op.ctx
+    if op.type == "Exit":
+        return op.ctx.while_ctx if op.ctx is not None else None
+    return op.frame_ctx
+
+
+def check_frames(ops: list, fed: set) -> None:
+    """Raise InvalidArgumentError naming the first edge among `ops` (data or control,
+    not from a fed tensor) that crosses into or out of a loop frame without its Enter or
+    Exit: the tagged-token executor could never deliver it, and a run would wait
+    forever. Graphs built with cond/while_loop/gradients never have one; this turns a
+    construction bug into an error at the first run instead of a hang."""
+    from dcf.errors import InvalidArgumentError
+
+    for op in ops:
+        frame = op.frame_ctx
+        for t in op.inputs:
+            if t not in fed and _output_frame(t.op) is not frame:
+                raise InvalidArgumentError(_crossing(t.op, op))
+        for c in op.control_inputs:
+            if _output_frame(c) is not frame:
+                raise InvalidArgumentError(_crossing(c, op))
+
+
+def _crossing(src: Operation, dst: Operation) -> str:
+    def where(f: Any) -> str:
+        return f"while_loop frame '{f.frame_name}'" if f is not None else "the root frame"
+    return (f"{dst.type} '{dst.name}' (in {where(dst.frame_ctx)}) reads {src.type} "
+            f"'{src.name}' (whose value lives in {where(_output_frame(src))}) without an "
+            "Enter or Exit between them: the graph is malformed (a value crosses a loop "
+            "boundary only through while_loop's own Enter/Exit)")

@@ -17,6 +17,7 @@ import numpy as np
 from dcf import nest
 from dcf.actors.device_actor import DeviceActor
 from dcf.actors.rendezvous import LocalRendezvous
+from dcf.control_flow import check_frames
 from dcf.device import DeviceSpec
 from dcf.errors import DeadlineExceededError, InvalidArgumentError
 from dcf.executor import check_fetches
@@ -149,6 +150,7 @@ class AsyncSession:
         if rp is not None:
             return rp
         ops = _prune(fetch_targets, feed_tensors)
+        check_frames(ops, set(feed_tensors))
         device_of = place(ops, "/cpu:0", self._device_exists,
                           process_of=self.cluster._process_of if self.cluster else None)
         fetches, fetch_pos = [], []   # computed tensor fetches and their target index
