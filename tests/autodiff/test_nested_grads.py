@@ -198,3 +198,25 @@ def test_traced_runs_of_nested_gradients_give_the_untraced_values(combo):
             traced = sess.run(g, {x: v}, options=dcf.RunOptions(trace=True, timeout_s=30),
                               run_metadata=md)
             assert traced == sess.run(g, {x: v}, options=OPTS) and md.trace
+
+
+@pytest.mark.parametrize("fuse", [True, False], ids=["fused", "partitioned"])
+@pytest.mark.parametrize("combo", [c for c in COMBOS if len(c) == 2] + DEEP[:3],
+                         ids=lambda c: "-in-".join(reversed(c)))
+def test_nested_second_derivatives_split_over_devices(combo, fuse):
+    """d2y/dx2 with each level's body on another device than its control: the stacks of
+    extra gradients are pushed and popped across devices (Send/Recv where unfused)."""
+    dcf.reset_default_graph()
+    build, ref = _compose(combo, split=True)
+    x = dcf.placeholder(F64, (), name="x")
+    (g,) = dcf.gradients(build(x), [x])
+    (h,) = dcf.gradients(g, [x])
+    with dcf.Session(config=dcf.SessionConfig(fuse_devices=fuse)) as sess:
+        got = [sess.run(h, {x: v}, options=OPTS) for v in XS]
+    checked = 0
+    for hv, v in zip(got, XS):
+        want = _fd2(ref, v)
+        if want is not None:
+            checked += 1
+            assert np.isclose(hv, want, rtol=1e-5, atol=1e-5), (combo, v, hv, want)
+    assert checked >= 2
