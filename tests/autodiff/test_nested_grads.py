@@ -220,3 +220,48 @@ def test_nested_second_derivatives_split_over_devices(combo, fuse):
             checked += 1
             assert np.isclose(hv, want, rtol=1e-5, atol=1e-5), (combo, v, hv, want)
     assert checked >= 2
+
+
+def _compose_with_variable(combo, w):
+    """_compose's nesting around a leaf that reads a variable: sin(x * W) + x / 2 (the
+    graph's W a dcf.Variable; the reference's a float)."""
+    from tests.core.test_nesting import CONSTRUCTS
+
+    build = lambda x: dcf.sin(x * w) + 0.5 * x             # noqa: E731
+    for depth in reversed(range(len(combo))):
+        build = CONSTRUCTS[combo[depth]][0](build)
+    return build
+
+
+def _ref_with_variable(combo, wv: float):
+    from tests.core.test_nesting import CONSTRUCTS
+
+    ref = lambda x: [float(np.sin(x * wv)) + 0.5 * x]     # noqa: E731
+    for depth in reversed(range(len(combo))):
+        ref = CONSTRUCTS[combo[depth]][1](ref)
+    return ref
+
+
+W0 = 0.7
+
+
+@pytest.mark.parametrize("combo", COMBOS + DEEP, ids=["-in-".join(reversed(c)) for c in COMBOS + DEEP])
+def test_gradients_of_a_variable_read_at_the_deepest_level(combo, compiled):
+    """dy/dW for a Variable read inside every level's innermost body: each loop around the
+    read accumulates its gradient over the iterations (a loop constant), each cond
+    replays its decision; against finite differences of the reference in W."""
+    dcf.reset_default_graph()
+    w = dcf.Variable(np.float64(W0), name="W")
+    x = dcf.placeholder(F64, (), name="x")
+    (gw,) = dcf.gradients(_compose_with_variable(combo, w)(x), [w])
+    with dcf.Session(config=compiled) as sess:
+        sess.run(w.initializer)
+        got = [sess.run(gw, {x: v}, options=OPTS) for v in XS]
+    checked = 0
+    for gv, v in zip(got, XS):
+        want = _fd(lambda wv: _ref_with_variable(combo, wv)(v), W0)
+        if want is None:
+            continue
+        checked += 1
+        assert np.isclose(gv, want, rtol=1e-6, atol=1e-7), (combo, v, gv, want)
+    assert checked >= 2
