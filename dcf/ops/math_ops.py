@@ -295,6 +295,29 @@ def _maximum(xp, a, b):
     return xp.maximum(a, b)
 
 
+def _int_zero(b) -> bool:
+    """Whether integer divisor b holds a zero (False for floats)."""
+    dt = getattr(b, "dtype", None)
+    if dt is None:
+        return type(b) is int and b == 0
+    return dt.kind in "iu" and not b.all()
+
+
+def _floordiv(xp, a, b):
+    # integer division by zero is an error on the host, as in TensorFlow's CPU kernels
+    # (numpy would give 0 with a warning); on a GPU it is not checked (a check would wait
+    # for the device)
+    if xp is np and _int_zero(b):
+        raise ZeroDivisionError("integer division by zero")
+    return a // b
+
+
+def _floormod(xp, a, b):
+    if xp is np and _int_zero(b):
+        raise ZeroDivisionError("integer modulo by zero")
+    return a % b
+
+
 # fmt: off
 #   type          kernel (xp = numpy or cupy)           dtypes     bool out
 _BINARY = [
@@ -302,8 +325,8 @@ _BINARY = [
     ("Sub",        lambda xp, a, b: a - b,               "numeric", False),
     ("Mul",        lambda xp, a, b: a * b,               "numeric", False),
     ("RealDiv",    lambda xp, a, b: a / b,               "float",   False),
-    ("FloorDiv",   lambda xp, a, b: a // b,              "numeric", False),
-    ("FloorMod",   lambda xp, a, b: a % b,               "numeric", False),
+    ("FloorDiv",   _floordiv,                            "numeric", False),
+    ("FloorMod",   _floormod,                            "numeric", False),
     ("Pow",        lambda xp, a, b: a ** b,              "numeric", False),
     ("Maximum",    _maximum,                             "numeric", False),
     ("Minimum",    _minimum,                             "numeric", False),

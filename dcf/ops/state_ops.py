@@ -60,31 +60,78 @@ def _bind_read(xp, *, dtype, shape=None):
 _read_kernel.bind = _bind_read  # type: ignore[attr-defined]
 
 
-def _assign_kernel(xp, handle, value, *, dtype):
+# A variable keeps the shape it was created with (its reads carry it as their static
+# shape): an assign of another shape, or an update whose delta broadcasts the value to
+# a larger shape, is refused and leaves the variable as it was (TensorFlow's Assign with
+# validate_shape, and its AssignAdd/AssignSub, refuse them too). `shape` is the
+# variable's static shape; None, or a None dimension, accepts any size there.
+def _fits(got: tuple, want: tuple) -> bool:
+    return len(got) == len(want) and all(w is None or g == w for g, w in zip(got, want))
+
+
+def _shape_of(value: Any) -> tuple:
+    s = getattr(value, "shape", None)
+    return s if s is not None else np.shape(value)
+
+
+def _shape_error(handle, what: str, got: tuple, want: Any) -> InvalidArgumentError:
+    want = "?" if want is None else list(want)
+    return InvalidArgumentError(
+        f"cannot {what} variable '{handle.name}' of shape {want}: the value has shape "
+        f"{list(got)} (a variable keeps the shape it was created with)")
+
+
+def _assign_kernel(xp, handle, value, *, dtype, shape=None):
+    if shape is not None and not _fits(_shape_of(value), shape):
+        raise _shape_error(handle, "assign to", _shape_of(value), shape)
     handle.value = value
     return value
 
 
-def _bind_assign(xp, *, dtype):
-    def assign(handle, value):
-        handle.value = value
-        return value
+def _bind_assign(xp, *, dtype, shape=None):
+    if shape is None:
+        def assign(handle, value):
+            handle.value = value
+            return value
+    elif None not in shape:
+        want = tuple(shape)
+
+        def assign(handle, value):
+            got = getattr(value, "shape", None)
+            if got != want:
+                got = _shape_of(value)
+                if got != want:
+                    raise _shape_error(handle, "assign to", got, want)
+            handle.value = value
+            return value
+    else:
+        def assign(handle, value):
+            if not _fits(_shape_of(value), shape):
+                raise _shape_error(handle, "assign to", _shape_of(value), shape)
+            handle.value = value
+            return value
     return assign
 
 
 _assign_kernel.bind = _bind_assign  # type: ignore[attr-defined]
 
 
-def _assign_add_kernel(xp, handle, delta, *, dtype):
-    old = _read_kernel(xp, handle, dtype=dtype)
-    handle.value = old + delta
-    return handle.value
+def _updated(handle, new, old, what: str):
+    """`new` as the variable's value, where it has the shape of `old`."""
+    if _shape_of(new) != _shape_of(old):
+        raise _shape_error(handle, what, _shape_of(new), _shape_of(old))
+    handle.value = new
+    return new
 
 
-def _assign_sub_kernel(xp, handle, delta, *, dtype):
+def _assign_add_kernel(xp, handle, delta, *, dtype, shape=None):
     old = _read_kernel(xp, handle, dtype=dtype)
-    handle.value = old - delta
-    return handle.value
+    return _updated(handle, old + delta, old, "add to")
+
+
+def _assign_sub_kernel(xp, handle, delta, *, dtype, shape=None):
+    old = _read_kernel(xp, handle, dtype=dtype)
+    return _updated(handle, old - delta, old, "subtract from")
 
 
 # ------------------------------------------------------------------ scatter
@@ -330,6 +377,13 @@ class Variable:
     `v` can be used wherever a tensor can (it reads the current value);
     `v.assign(x)`, `v.assign_add(x)`, `v.assign_sub(x)` return the new value;
     `v.initializer` sets the initial value.
+
+    A variable keeps the shape of its initial value: an assign of another shape, or an
+    update whose delta would broadcast the value to a larger shape, is refused (a
+    ValueError when the graph is built where both shapes are known, else an
+    InvalidArgumentError at run time) and the value stays as it was. A delta that
+    broadcasts to the variable's shape (a scalar) is an update. A variable whose initial
+    value has no static shape takes values of any shape.
     """
 
     def __init__(self, initial_value: Any, name: str | None = None, trainable: bool = True,
@@ -359,7 +413,7 @@ class Variable:
             self.handle = apply("VarHandleOp", [], name="handle", var_name=self.name,
                                 dtype=self.dtype, shape=shape)
             self.initializer = apply("AssignVariableOp", [self.handle, init], name="Assign",
-                                     dtype=self.dtype).op
+                                     dtype=self.dtype, shape=shape).op
             self._snapshot = None
         g.add_to_collection("variables", self)
         if trainable:
@@ -389,7 +443,8 @@ class Variable:
 
     def _assign(self, type_: str, x: Any, name: str) -> Tensor:
         x = convert_to_tensor(x, dtype=self.dtype)
-        return apply(type_, [self.handle, x], name=name, dtype=self.dtype)
+        _check_static_shape(self, type_, x.shape, name)
+        return apply(type_, [self.handle, x], name=name, dtype=self.dtype, shape=self.shape)
 
     def assign(self, value: Any, name: str | None = None) -> Tensor:
         return self._assign("AssignVariableOp", value, name or f"{_leaf(self.name)}/Assign")
@@ -418,6 +473,31 @@ class Variable:
 
 def _leaf(name: str) -> str:
     return name.rsplit("/", 1)[-1]
+
+
+def _check_static_shape(var: Variable, type_: str, got: Any, name: str) -> None:
+    """At build time, where both shapes are known: an assign whose value has another
+    shape than the variable's, or an update whose delta does not broadcast to it, is a
+    ValueError naming the op and both shapes (as TensorFlow's validate_shape)."""
+    want = var.shape
+    if want is None or got is None:
+        return
+    if type_ == "AssignVariableOp":
+        if len(got) == len(want) and all(a is None or b is None or a == b
+                                         for a, b in zip(got, want)):
+            return
+        what = "assign a value of shape"
+    else:
+        if None in got or None in want:
+            return
+        try:
+            if np.broadcast_shapes(tuple(want), tuple(got)) == tuple(want):
+                return
+        except ValueError:
+            pass
+        what = "update it by a delta of shape"
+    raise ValueError(f"{type_} '{name}': cannot {what} {list(got)} to variable "
+                     f"'{var.name}' of shape {list(want)}")
 
 
 def _delegate(method: str):

@@ -229,6 +229,23 @@ def test_variables_live_on_their_worker_across_runs(cluster3):
         sess.run(v)   # a new session: fresh variables
 
 
+def test_a_worker_refuses_an_assign_of_another_shape_and_keeps_the_value(cluster3):
+    with on(1):
+        v = dcf.Variable(np.arange(3, dtype=np.float32), name="v")
+        x = dcf.placeholder(dcf.float32, None, name="x")
+        put, add = v.assign(x), v.assign_add(x)
+    with dcf.Session(cluster=cluster3) as sess:
+        sess.run(dcf.global_variables_initializer())
+        with pytest.raises(InvalidArgumentError,
+                           match=r"AssignVariableOp 'v/Assign_1'.*variable 'v' of shape \[3\]: "
+                                 r"the value has shape \[2\]"):
+            sess.run(put, {x: np.ones(2, np.float32)})
+        with pytest.raises(InvalidArgumentError, match=r"the value has shape \[4, 3\]"):
+            sess.run(add, {x: np.ones((4, 3), np.float32)})
+        np.testing.assert_array_equal(sess.run(v), [0.0, 1.0, 2.0])
+        np.testing.assert_array_equal(sess.run(add, {x: np.float32(1.0)}), [1.0, 2.0, 3.0])
+
+
 def test_client_and_workers_mix_and_feeds_reach_every_worker(cluster3):
     def build(on):
         a = dcf.placeholder(dcf.float32, (None,), name="a")

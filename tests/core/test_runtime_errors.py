@@ -136,6 +136,30 @@ def test_kernel_error_on_another_device_names_device_frame_and_iteration(compile
         run_graph(out, config=compiled)
 
 
+def test_integer_division_by_zero_names_the_op_frame_and_iteration(compiled, run_graph):
+    """As TensorFlow's CPU kernels (numpy alone would give 0 with a warning); a float
+    division by zero stays inf."""
+    n = dcf.placeholder(dcf.int32, (), name="n")
+
+    def body(i, acc):
+        return i + 1, acc + dcf.floordiv(12, 2 - i, name="share") + dcf.mod(7, 3 - i,
+                                                                             name="rest")
+
+    out = dcf.while_loop(lambda i, acc: i < n, body, (0, 0), name="loop")[1]
+    assert run_graph(out, {n: 2}, config=compiled) == (6 + 1) + (12 + 1)
+    with pytest.raises(InvalidArgumentError,
+                       match=r"^FloorDiv 'loop/share', frame 'loop' iteration 2: "
+                             r"ZeroDivisionError: integer division by zero"):
+        run_graph(out, {n: 4}, config=compiled)
+    m = dcf.placeholder(dcf.int64, (None,), name="m")
+    with pytest.raises(InvalidArgumentError, match=r"^FloorMod 'rem': ZeroDivisionError: "
+                                                   r"integer modulo by zero"):
+        run_graph(dcf.mod(dcf.constant([5, 6], dcf.int64), m, name="rem"),
+                  {m: np.array([2, 0])}, config=compiled)
+    with np.errstate(divide="ignore"):
+        assert run_graph(dcf.constant(1.0) // 0.0, config=compiled) == np.inf
+
+
 def test_every_runtime_error_is_a_dcf_error():
     for cls in (
         dcf.errors.InvalidArgumentError,
