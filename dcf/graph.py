@@ -224,7 +224,7 @@ class Graph:
         self._name_counts: dict[str, int] = {}
         self._consumers: dict[Tensor, list[Operation]] = {}
         self._scope = ""
-        self._device_stack: list[device_lib.DeviceSpec] = []
+        self._device_stack: list[device_lib.DeviceSpec | None] = []
         self._control_stack: list[list[Operation] | None] = []
         self._ctx: ControlFlowContext | None = None
         self.collections: dict[str, list] = {}
@@ -292,7 +292,10 @@ class Graph:
 
     @contextlib.contextmanager
     def device(self, spec: str | None) -> Iterator[None]:
-        self._device_stack.append(device_lib.DeviceSpec.parse(spec))
+        """Ops built inside go to `spec`, merged over the enclosing scopes' specs (a
+        field it leaves out comes from them); None clears the enclosing scopes (ops
+        inside are unplaced), as in TensorFlow."""
+        self._device_stack.append(None if spec is None else device_lib.DeviceSpec.parse(spec))
         try:
             yield
         finally:
@@ -301,7 +304,7 @@ class Graph:
     def _current_device(self) -> str:
         spec = device_lib.DeviceSpec()
         for s in self._device_stack:
-            spec = s.merged_over(spec)
+            spec = device_lib.DeviceSpec() if s is None else s.merged_over(spec)
         return spec.to_string()
 
     @contextlib.contextmanager
@@ -414,7 +417,8 @@ def name_scope(name: str | None):
 
 
 def device(spec: str | None):
-    """Place ops built inside on `spec`, e.g. "/cpu:1" or "/job:worker/task:0/gpu:0"."""
+    """Place ops built inside on `spec`, e.g. "/cpu:1" or "/job:worker/task:0/gpu:0",
+    merged over the enclosing scopes' specs; `device(None)` clears them."""
     return get_default_graph().device(spec)
 
 

@@ -19,7 +19,7 @@ from dcf.actors.device_actor import DeviceActor
 from dcf.actors.rendezvous import LocalRendezvous
 from dcf.control_flow import check_frames
 from dcf.device import DeviceSpec
-from dcf.errors import DeadlineExceededError, InvalidArgumentError
+from dcf.errors import CancelledError, DeadlineExceededError, InvalidArgumentError
 from dcf.executor import check_fetches
 from dcf.graph import Graph, Operation, Tensor, get_default_graph
 from dcf.ops.data_ops import STEP_STORES
@@ -112,6 +112,10 @@ class AsyncSession:
         self._plans: dict[tuple, _RunPlan] = {}
         self._rendezvous = LocalRendezvous()
         self._closed = False
+        # runs in flight: the task awaiting each (how many of its runs), so that close()
+        # can cancel them; the ones it cancelled
+        self._running: dict[asyncio.Task, int] = {}
+        self._cancelled_by_close: set[asyncio.Task] = set()
         self._sid = 0
         if cluster is not None:
             # Runs go to the cluster's I/O loop, which also carries the transport.
@@ -228,10 +232,41 @@ class AsyncSession:
         else:
             step = self._run_parts(rp, targets, structure, feed_tensors, feed_values,
                                    options, run_metadata)
-        if not rp.stores:               # (nothing to drop: no bookkeeping per run)
-            return await step
-        with _dropped_if_failed():      # (the coroutine runs in this context when awaited)
-            return await step
+        me = asyncio.current_task()
+        running = self._running
+        running[me] = running.get(me, 0) + 1
+        try:
+            if not rp.stores:               # (nothing to drop: no bookkeeping per run)
+                return await step
+            with _dropped_if_failed():      # (the coroutine runs in this context when awaited)
+                return await step
+        except asyncio.CancelledError:
+            if me not in self._cancelled_by_close:
+                raise
+            self._cancelled_by_close.discard(me)
+            uncancel = getattr(me, "uncancel", None)    # (Python 3.11+)
+            if uncancel is not None:
+                uncancel()
+            raise CancelledError("the session was closed while this run was in flight; "
+                                 "the run was aborted on every device") from None
+        finally:
+            left = running.pop(me) - 1
+            if left:
+                running[me] = left
+
+    async def _cancel_running(self) -> None:
+        """Cancel every run in flight and wait until each has unwound (its partitions'
+        steps aborted, on workers too); their callers get CancelledError (dcf's)."""
+        tasks = [t for t in self._running if not t.done()]
+        me = asyncio.current_task()
+        for t in tasks:
+            if t is not me:
+                self._cancelled_by_close.add(t)
+                t.cancel()
+        deadline = time.monotonic() + 10.0
+        while any(t in self._running and not t.done() for t in tasks if t is not me) and \
+                time.monotonic() < deadline:
+            await asyncio.sleep(0.001)
 
     async def _run_parts(self, rp: _RunPlan, targets: list, structure: Any,
                          feed_tensors: list, feed_values: list, options: RunOptions,
@@ -394,9 +429,18 @@ class AsyncSession:
         return nest.pack_sequence_as(rp.structure, values)
 
     async def close(self) -> None:
-        if not self._closed and self.cluster is not None:
+        """Close the session: runs still in flight are cancelled (each raises
+        dcf.errors.CancelledError, as a TensorFlow session closed under a run) and have
+        unwound on every device before this returns; later runs raise RuntimeError."""
+        was_closed, self._closed = self._closed, True
+        if self._running:
+            if self.cluster is not None and not self.cluster._closed and \
+                    not self.cluster._io.in_loop():
+                await self.cluster._io.wrap(self._cancel_running())
+            else:
+                await self._cancel_running()
+        if not was_closed and self.cluster is not None:
             self.cluster._release(self._sid)
-        self._closed = True
 
     async def __aenter__(self) -> AsyncSession:
         return self

@@ -378,3 +378,50 @@ def test_distinct_rendezvous_keys_per_iteration(cluster3):
     assert not [e for e in by_edge if "LoopCond" in e]
     assert len(by_edge) == 1
     assert len(next(iter(by_edge.values()))) == n + 1
+
+
+def _tick_file(path: str):
+    def tick(v):
+        with open(path, "ab") as f:
+            f.write(b"x")
+        return v
+    return tick
+
+
+@pytest.mark.parametrize("where", [(1, 0), (0, None), (None, 0)])
+@pytest.mark.parametrize("compile_frames", [True, False])
+def test_a_cancelled_run_stops_on_the_workers_and_the_session_goes_on(cluster3, tmp_path,
+                                                                        where, compile_frames):
+    from tests.core.test_async_sessions import _ticking_loop, cancel_mid_run
+
+    path = str(tmp_path / "ticks")
+    devices = [task(k) if k is not None else "/cpu:0" for k in where]
+    n, out = _ticking_loop(devices, _tick_file(path))
+
+    def ticks() -> int:
+        return os.path.getsize(path) if os.path.exists(path) else 0
+
+    async def go():
+        async with dcf.AsyncSession(cluster=cluster3,
+                                    config=dcf.SessionConfig(compile_frames=compile_frames)) \
+                as sess:
+            await cancel_mid_run(sess, n, out, ticks)
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize("compile_frames", [True, False])
+def test_closing_the_session_cancels_the_runs_in_flight_on_the_workers(cluster3, tmp_path,
+                                                                       compile_frames):
+    from tests.core.test_async_sessions import _ticking_loop, close_mid_run
+
+    path = str(tmp_path / "ticks")
+    n, out = _ticking_loop([task(1), "/cpu:0"], _tick_file(path))
+
+    def ticks() -> int:
+        return os.path.getsize(path) if os.path.exists(path) else 0
+
+    async def go():
+        sess = dcf.AsyncSession(cluster=cluster3,
+                                config=dcf.SessionConfig(compile_frames=compile_frames))
+        await close_mid_run(sess, n, out, ticks)
+    asyncio.run(go())

@@ -174,3 +174,84 @@ async def test_consumer_loop_dequeues_exactly_its_trip_count(compiled):
         await sess.run(fill)
         assert await sess.run(consumer) == 0.0 + 1.0 + 2.0
         assert await sess.run(q.size()) == 2
+
+
+def _ticking_loop(devices: list[str], tick):
+    """A loop whose counter passes through a py_func `tick` on devices[0] each iteration,
+    its other variable updated on devices[-1]."""
+    n = dcf.placeholder(dcf.int32, (), name="n")
+
+    def body(i, x):
+        with dcf.device(devices[0]):
+            c = dcf.reshape(dcf.py_func(tick, [i], dcf.int32, name="tick"), [])
+        with dcf.device(devices[-1]):
+            x2 = x * 0.5 + 1.0
+        return c + 1, x2
+
+    return n, dcf.while_loop(lambda i, x: i < n, body, (0, 0.0), name="ticking")
+
+
+async def cancel_mid_run(sess, n, out, ticks) -> None:
+    """Cancel a run of a (practically) endless loop once it has ticked: the caller gets
+    CancelledError, the loop ticks no more, a run started beside it finishes with the
+    right answer, and the session serves the next run. `ticks()`: calls so far."""
+    assert (await sess.run(out, {n: 3}))[0] == 3
+    endless = asyncio.create_task(sess.run(out, {n: 2**30}))
+    beside = asyncio.create_task(sess.run(out, {n: 300}))
+    start = ticks()
+    for _ in range(2000):
+        await asyncio.sleep(0.005)
+        if ticks() > start + 50 and beside.done():
+            break
+    endless.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await endless
+    i, x = await asyncio.wait_for(beside, 30)
+    assert i == 300 and x == pytest.approx(2.0)
+    stopped = ticks()
+    await asyncio.sleep(0.3)
+    # at most the iterations already in flight when the cancel arrived
+    assert ticks() - stopped <= 40, "the cancelled run went on"
+    assert (await asyncio.wait_for(sess.run(out, {n: 5}), 30))[0] == 5
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("devices", [["/cpu:0"], ["/cpu:0", "/cpu:1"]])
+async def test_a_cancelled_run_stops_and_the_session_goes_on(compiled, devices):
+    """What a service sees when a client goes away: aiohttp cancels the handler that
+    awaits the run."""
+    calls: list = []
+    n, out = _ticking_loop(devices, lambda v: (calls.append(1), v)[1])
+    async with dcf.AsyncSession(config=compiled) as sess:
+        await cancel_mid_run(sess, n, out, lambda: len(calls))
+
+
+async def close_mid_run(sess, n, out, ticks) -> None:
+    """Close the session under two runs in flight: each raises dcf's CancelledError,
+    close() returns once they have unwound (the loop ticks no more), and a later run is
+    refused."""
+    assert (await sess.run(out, {n: 3}))[0] == 3
+    runs = [asyncio.create_task(sess.run(out, {n: 2**30})) for _ in range(2)]
+    start = ticks()
+    for _ in range(2000):
+        await asyncio.sleep(0.005)
+        if ticks() > start + 50:
+            break
+    await asyncio.wait_for(sess.close(), 30)
+    stopped = ticks()
+    for r in runs:
+        with pytest.raises(dcf.errors.CancelledError, match="session was closed"):
+            await asyncio.wait_for(r, 30)
+    await asyncio.sleep(0.3)
+    assert ticks() - stopped <= 2, "a run went on after close() returned"
+    with pytest.raises(RuntimeError, match="closed"):
+        await sess.run(out, {n: 3})
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("devices", [["/cpu:0"], ["/cpu:0", "/cpu:1"]])
+async def test_closing_the_session_cancels_the_runs_in_flight(compiled, devices):
+    """Before, close() returned at once and the runs went on computing to their end."""
+    calls: list = []
+    n, out = _ticking_loop(devices, lambda v: (calls.append(1), v)[1])
+    await close_mid_run(dcf.AsyncSession(config=compiled), n, out, lambda: len(calls))
