@@ -120,3 +120,35 @@ def test_values_of_every_dtype_cross_between_worker_gpus(gpu_cluster):
     for v, out in zip(vals, got):
         assert np.asarray(out).dtype == v.dtype and np.shape(out) == np.shape(v)
         np.testing.assert_array_equal(out, v)
+
+
+def test_a_checkpoint_of_variables_on_workers_and_gpus_restores_into_a_new_session(
+        gpu_cluster, tmp_path):
+    """Variables on a worker's CPU, a worker's GPU and the client's GPU: saved, changed,
+    restored in the same session and into a fresh one."""
+    cluster, workers = gpu_cluster
+    g = dcf.Graph()
+    with g.as_default():
+        with dcf.device(task(0)):
+            a = dcf.Variable(np.arange(4, dtype=np.float32), name="a")
+        with dcf.device(workers[-1]):
+            b = dcf.Variable(np.ones((2, 3), np.float64), name="b")
+        with dcf.device("/gpu:0"):
+            c = dcf.Variable(np.int32(5), name="c")
+        bump = dcf.group(a.assign(a * 2.0), b.assign_add(b), c.assign_add(1))
+        saver = dcf.train.Saver()
+        init = dcf.global_variables_initializer()
+    with dcf.Session(g, cluster=cluster) as sess:
+        sess.run(init)
+        sess.run(bump)
+        path = saver.save(sess, str(tmp_path / "ckpt"))
+        sess.run(bump)
+        saver.restore(sess, path)
+        got = sess.run([a, b, c])
+    with dcf.Session(g, cluster=cluster) as fresh:
+        saver.restore(fresh, path)
+        again = fresh.run([a, b, c])
+    for vals in (got, again):
+        np.testing.assert_array_equal(vals[0], [0.0, 2.0, 4.0, 6.0])
+        np.testing.assert_array_equal(vals[1], np.full((2, 3), 2.0))
+        assert vals[2] == 6
