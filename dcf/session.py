@@ -257,7 +257,7 @@ class AsyncSession:
     async def _cancel_running(self) -> None:
         """Cancel every run in flight and wait until each has unwound (its partitions'
         steps aborted, on workers too); their callers get CancelledError (dcf's)."""
-        tasks = [t for t in self._running if not t.done()]
+        tasks = [t for t in self._running if t is not None and not t.done()]
         me = asyncio.current_task()
         for t in tasks:
             if t is not me:

@@ -255,3 +255,29 @@ async def test_closing_the_session_cancels_the_runs_in_flight(compiled, devices)
     calls: list = []
     n, out = _ticking_loop(devices, lambda v: (calls.append(1), v)[1])
     await close_mid_run(dcf.AsyncSession(config=compiled), n, out, lambda: len(calls))
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("devices", [["/cpu:0"], ["/cpu:0", "/cpu:1"]])
+async def test_an_element_enqueued_after_a_cancelled_dequeue_goes_to_the_next_one(compiled,
+                                                                                 devices):
+    """A dequeue waiting on an empty queue, then cancelled (or past its deadline), leaves
+    no waiter behind that would swallow the next element."""
+    with dcf.device(devices[0]):
+        q = dcf.FIFOQueue(10, [dcf.float32], shapes=[()], name="q")
+        x = dcf.placeholder(dcf.float32, ())
+        enq = q.enqueue([x])
+    with dcf.device(devices[-1]):
+        deq = q.dequeue() * 1.0
+    async with dcf.AsyncSession(config=compiled) as sess:
+        waiting = asyncio.create_task(sess.run(deq))
+        await asyncio.sleep(0.05)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        with pytest.raises(dcf.errors.DeadlineExceededError):
+            await sess.run(deq, options=dcf.RunOptions(timeout_s=0.05))
+        await sess.run(enq, {x: 7.0})
+        await sess.run(enq, {x: 8.0})
+        assert await asyncio.wait_for(sess.run(deq), 10) == 7.0
+        assert await asyncio.wait_for(sess.run(deq), 10) == 8.0
