@@ -382,18 +382,20 @@ class Variable:
     update whose delta would broadcast the value to a larger shape, is refused (a
     ValueError when the graph is built where both shapes are known, else an
     InvalidArgumentError at run time) and the value stays as it was. A delta that
-    broadcasts to the variable's shape (a scalar) is an update. A variable whose initial
-    value has no static shape takes values of any shape.
+    broadcasts to the variable's shape (a scalar) is an update. A variable made with
+    `validate_shape=False`, or whose initial value has no static shape, takes values of
+    any shape (its reads have no static shape).
     """
 
     def __init__(self, initial_value: Any, name: str | None = None, trainable: bool = True,
-                 dtype: Any = None) -> None:
+                 dtype: Any = None, validate_shape: bool = True) -> None:
         g = get_default_graph()
         if g._ctx is not None:
             # Created inside a cond/while body (an RNN cell's first call): the variable
             # itself lives outside any frame; reads inside enter it as a loop constant.
             with g._control_flow_context(None):
-                self.__init__(initial_value, name=name, trainable=trainable, dtype=dtype)
+                self.__init__(initial_value, name=name, trainable=trainable, dtype=dtype,
+                              validate_shape=validate_shape)
             return
         with g.name_scope(name or "Variable") as scope:
             self.name = scope.rstrip("/")
@@ -405,6 +407,8 @@ class Variable:
                 shape = None if static is None else tuple(static.shape)
             else:
                 shape = init.shape
+            if not validate_shape:      # (TF's validate_shape=False: a value of any shape)
+                shape = None
             self.dtype = init.dtype
             self.shape = shape
             self.graph = g

@@ -121,3 +121,15 @@ def test_the_same_refusal_on_a_stand_in_gpu(fake_gpus):
         np.testing.assert_array_equal(sess.run(v.read_value()), np.arange(4))
         np.testing.assert_array_equal(sess.run(add, {x: np.ones(4, np.float32)}),
                                       np.arange(4) + 1)
+
+
+def test_validate_shape_false_makes_a_variable_that_grows(compiled):
+    """TensorFlow's escape hatch: a buffer that grows by assignment."""
+    v = dcf.Variable(np.zeros(0, np.float32), name="buf", validate_shape=False)
+    assert v.shape is None and v.read_value().shape is None
+    x = dcf.placeholder(dcf.float32, (None,), name="x")
+    grow = v.assign(dcf.concat([v.read_value(), x], 0))
+    with _session(compiled) as sess:
+        sess.run(grow, {x: [1.0, 2.0]})
+        sess.run(grow, {x: [3.0]})
+        np.testing.assert_array_equal(sess.run(v.read_value()), [1.0, 2.0, 3.0])
