@@ -260,7 +260,7 @@ class AsyncSession:
         tasks = [t for t in self._running if t is not None and not t.done()]
         me = asyncio.current_task()
         for t in tasks:
-            if t is not me:
+            if t is not me and t not in self._cancelled_by_close:   # (a second close)
                 self._cancelled_by_close.add(t)
                 t.cancel()
         deadline = time.monotonic() + 10.0
