@@ -329,6 +329,8 @@ class AsyncSession:
         deadline = None if options.timeout_s is None else time.monotonic() + options.timeout_s
 
         def check() -> None:
+            if self._closed:        # closed by another thread (Session.close)
+                raise CancelledError("the session was closed while this run was in flight")
             if deadline is not None and time.monotonic() > deadline:
                 raise DeadlineExceededError(
                     f"run did not finish within timeout_s={options.timeout_s}; the session "
@@ -622,14 +624,27 @@ class Session:
         return self._call(self._async.run(fetches, feed_dict, options, run_metadata))
 
     def close(self) -> None:
-        if self._async.cluster is not None:
-            if not self._async._closed:
-                self._async.cluster._release(self._async._sid)
-            self._async._closed = True
+        """Close the session. A run in flight in another thread is cancelled (it raises
+        dcf.errors.CancelledError) and has stopped before this returns; later runs raise
+        RuntimeError."""
+        a = self._async
+        if a.cluster is not None:
+            if not a._closed:
+                a.cluster._release(a._sid)
+            a._closed = True
         if self._loop is None:
-            self._async._closed = True
+            a._closed = True        # an inline run in flight stops at its next check
             return
-        self._call(self._async.close())
+        if a.cluster is None:
+            # runs of other threads on this session's loop: cancelled there now (the loop
+            # may be driven by the thread that runs, which holds the lock _call waits on)
+            a._closed = True
+            loop = self._loop
+            for t in list(a._running):
+                if t is not None and t not in a._cancelled_by_close:
+                    a._cancelled_by_close.add(t)
+                    loop.call_soon_threadsafe(t.cancel)
+        self._call(a.close())
         if self._thread is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=5)

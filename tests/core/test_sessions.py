@@ -259,3 +259,30 @@ def test_session_runs_from_several_threads():
         for t in threads:
             t.join(timeout=30)
     assert results == {k: k * (k - 1) // 2 for k in range(2, 8)}
+
+
+def test_closing_a_session_cancels_a_run_in_flight_in_another_thread():
+    """The synchronous session's close(), from another thread: the run in flight (here
+    a compiled one, run inline in its thread) raises CancelledError at its next check
+    (every few ms) instead of running on to its end."""
+    n = dcf.placeholder(dcf.int32, ())
+    out = dcf.while_loop(lambda i, x: i < n, lambda i, x: (i + 1, x * 0.5 + 1.0), (0, 0.0))
+    sess = dcf.Session()
+    assert sess.run(out, {n: 3})[0] == 3
+    got: dict = {}
+
+    def work():
+        try:
+            got["value"] = sess.run(out, {n: 2**31 - 1})
+        except BaseException as e:      # noqa: BLE001 - what the run raised is the test
+            got["error"] = e
+
+    t = threading.Thread(target=work)
+    t.start()
+    time.sleep(0.2)
+    sess.close()
+    t.join(timeout=30)
+    assert not t.is_alive(), "the run went on after close()"
+    assert isinstance(got.get("error"), dcf.errors.CancelledError), got
+    with pytest.raises(RuntimeError, match="closed"):
+        sess.run(out, {n: 3})
