@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import signal
 import threading
 import time
 from dataclasses import dataclass, field
@@ -661,15 +662,48 @@ class Session:
 
 
 def _run_to_end(loop: asyncio.AbstractEventLoop, coro: Any) -> Any:
-    """loop.run_until_complete(coro), and where an interrupt (Ctrl-C: KeyboardInterrupt
-    raised in whatever the loop was running, a partition's task included) stops the loop
-    first, the run's task is cancelled and the loop driven until it has unwound (its
-    partitions cancelled, the step aborted), so that the interrupt is raised once and
-    the session's next run or close finds no half-run step. A second interrupt while it
-    unwinds goes out as it is."""
+    """loop.run_until_complete(coro), with Ctrl-C made safe for the loop.
+
+    Python's own SIGINT handler raises KeyboardInterrupt in whatever bytecode runs when
+    the signal comes: inside the event loop's machinery (a handle popped and never run:
+    the loop then waits for it forever, bpo-39622), inside a `with lock:` of user code
+    (the lock stays held), or in a place whose exception is dropped (the interrupt is
+    lost and the run goes on). So, as asyncio.Runner does, while the run is driven from
+    the main thread the first SIGINT only cancels the run's task; the run unwinds at its
+    next yield (its partitions cancelled, the step aborted) and KeyboardInterrupt is
+    raised here, once, so the session's next run or close finds no half-run step. A
+    second SIGINT before it has unwound raises KeyboardInterrupt where it lands (an
+    escape for a run stuck in user code); it is then unwound as far as it can be."""
     task = loop.create_task(coro)
+    interrupted = False
+    handler = None
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        nonlocal interrupted
+        if interrupted or task.done():
+            raise KeyboardInterrupt
+        interrupted = True
+        task.cancel()
+        loop.call_soon_threadsafe(_wake)   # (a loop asleep in select wakes to act on it)
+
+    if threading.current_thread() is threading.main_thread() and \
+            signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        try:
+            signal.signal(signal.SIGINT, on_sigint)
+            handler = on_sigint
+        except ValueError:          # (not the main interpreter)
+            handler = None
     try:
-        return loop.run_until_complete(task)
+        try:
+            return loop.run_until_complete(task)
+        except asyncio.CancelledError:
+            if interrupted:
+                raise KeyboardInterrupt from None
+            raise
+        except Exception as e:
+            if interrupted:         # failed while it unwound: the user asked to stop
+                raise KeyboardInterrupt from e
+            raise
     except BaseException:
         if not task.done():
             task.cancel()
@@ -680,6 +714,13 @@ def _run_to_end(loop: asyncio.AbstractEventLoop, coro: Any) -> Any:
         elif not task.cancelled():
             task.exception()                  # retrieved: no "never retrieved" report
         raise
+    finally:
+        if handler is not None and signal.getsignal(signal.SIGINT) is handler:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _wake() -> None:
+    """A no-op callback: scheduling it wakes the loop."""
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:

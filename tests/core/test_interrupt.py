@@ -2,10 +2,11 @@
 stops, and the session runs again and closes cleanly (no second KeyboardInterrupt at
 close, no "Task exception was never retrieved" report).
 
-The interrupt is a real SIGINT sent to the main thread (`signal.pthread_kill`: Python's
-handler raises KeyboardInterrupt there, also where it waits on a lock), once the run is
-inside its loop -- a py_func in the body says so -- and the loop is long enough never to
-end first.
+The interrupt is a real SIGINT sent to the main thread (`signal.pthread_kill`), once the
+run is inside its loop -- a py_func in the body says so -- and the loop is long enough
+never to end first. The body's py_func tells it through a plain list, no lock: a
+KeyboardInterrupt raised inside `Event.set()` can leave the event's lock held (the next
+run would then wait on it forever -- that is this test's own hazard, not dcf's).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import gc
 import logging
 import signal
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -32,15 +34,15 @@ def _loop_kind(kind: str, monkeypatch) -> None:
         monkeypatch.setattr(session_mod, "_new_loop", asyncio.new_event_loop)
 
 
-def _graph(started: threading.Event, devices=("/cpu:0", "/cpu:1")):
-    """Newton's iteration for sqrt(x) over two devices, n iterations; the body tells
-    `started` when it runs."""
+def _graph(started: list, devices=("/cpu:0", "/cpu:1")):
+    """Newton's iteration for sqrt(x) over two devices, n iterations; the body appends to
+    `started` once it has run three iterations."""
     x = dcf.placeholder(dcf.float64, (None,), name="x")
     n = dcf.placeholder(dcf.int32, (), name="n")
 
     def mark(i):
-        if i >= 3:
-            started.set()
+        if i >= 3 and not started:
+            started.append(int(i))
         return i
 
     def body(i, y):
@@ -56,9 +58,18 @@ def _graph(started: threading.Event, devices=("/cpu:0", "/cpu:1")):
     return x, n, y
 
 
-def _interrupt_when(started: threading.Event) -> threading.Thread:
+def _wait_for(flag: list, timeout: float = 30.0) -> bool:
+    end = time.monotonic() + timeout
+    while not flag:
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.001)
+    return True
+
+
+def _interrupt_when(started: list) -> threading.Thread:
     def go():
-        if started.wait(30):
+        if _wait_for(started):
             signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
     t = threading.Thread(target=go, daemon=True)
     t.start()
@@ -97,7 +108,7 @@ def interrupt_round_trip(devices: tuple, trace: bool, caplog, **config) -> None:
     nothing of the interrupted run is left on the session's loop (where it ran on one),
     no task's exception goes unretrieved."""
     caplog.set_level(logging.ERROR, logger="asyncio")
-    started = threading.Event()
+    started: list = []
     x, n, y = _graph(started, devices)
     data = np.array([2.0, 9.0, 30.0])
     opts = dcf.RunOptions(trace=trace)
@@ -133,7 +144,7 @@ def test_interrupt_while_waiting_on_the_sessions_loop_thread(monkeypatch, caplog
     """A session first used inside a running event loop runs on a loop thread of its own;
     an interrupt of the thread that waits for it cancels the run there too."""
     caplog.set_level(logging.ERROR, logger="asyncio")
-    started = threading.Event()
+    started: list = []
     x, n, y = _graph(started)
     data = np.array([4.0, 16.0])
     opts = dcf.RunOptions(trace=True)
@@ -151,3 +162,106 @@ def test_interrupt_while_waiting_on_the_sessions_loop_thread(monkeypatch, caplog
     t.join(5)
     _again_and_close(sess, lambda: sess.run(y, {x: data, n: 30}, options=opts), [2.0, 4.0])
     _no_unretrieved(caplog)
+
+
+def _sleeping_graph(inside: list, caught: list):
+    """A loop whose body's py_func sleeps 0.3 s per call (inside, it says so) and records
+    a KeyboardInterrupt raised inside it."""
+    n = dcf.placeholder(dcf.int32, (), name="n")
+
+    def slow(i):
+        inside.append(int(i))
+        try:
+            time.sleep(0.3)
+        except KeyboardInterrupt:
+            caught.append(int(i))
+            raise
+        return i
+
+    def body(i, s):
+        j = dcf.reshape(dcf.py_func(slow, [i], dcf.int32), [])
+        return j + 1, s + dcf.cast(j, dcf.float64)
+
+    _, s = dcf.while_loop(lambda i, s: i < n, body, (0, dcf.constant(0.0, dcf.float64)))
+    return n, s
+
+
+@pytest.mark.parametrize("kind", LOOPS)
+def test_interrupt_is_never_raised_inside_user_code_on_the_loop(kind, monkeypatch) -> None:
+    """On the event loop, the first Ctrl-C cancels the run instead of raising inside
+    whatever runs (Python's handler would raise it in the py_func's sleep: a user's
+    `with lock:` there could be left locked); the py_func ends its call, the run stops at
+    its next yield, KeyboardInterrupt comes out of run, and SIGINT's handler is Python's
+    own again."""
+    _loop_kind(kind, monkeypatch)
+    inside: list = []
+    caught: list = []
+    n, s = _sleeping_graph(inside, caught)
+    sess = dcf.Session()
+    opts = dcf.RunOptions(trace=True)           # (the event-loop path)
+    assert sess.run(s, {n: 2}, options=opts) == 1.0
+    inside.clear()
+    t = _interrupt_when(inside)
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        sess.run(s, {n: 10**6}, options=opts)
+    t.join(5)
+    assert caught == []                     # not raised inside the py_func
+    assert len(inside) <= 3, inside         # stopped within a call or two of the signal
+    assert time.monotonic() - start < 10
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    _again_and_close(sess, lambda: sess.run(s, {n: 3}, options=opts), 3.0)
+
+
+def test_a_second_interrupt_raises_where_it_lands(monkeypatch) -> None:
+    """A run stuck in user code (a py_func that sleeps long) is cancelled by the first
+    Ctrl-C only at its next yield; a second Ctrl-C raises KeyboardInterrupt inside it at
+    once -- the escape hatch -- and the session still runs again."""
+    inside: list = []
+    caught: list = []
+    n, s = _sleeping_graph(inside, caught)
+    sess = dcf.Session()
+    opts = dcf.RunOptions(trace=True)
+    main = threading.main_thread().ident
+
+    def twice():
+        if _wait_for(inside):
+            # both well inside the first call's 0.3 s sleep: a signal that comes just
+            # before a blocking call is acted on only when the call returns (CPython)
+            time.sleep(0.05)
+            signal.pthread_kill(main, signal.SIGINT)
+            time.sleep(0.05)
+            signal.pthread_kill(main, signal.SIGINT)
+
+    t = threading.Thread(target=twice, daemon=True)
+    t.start()
+    with pytest.raises(KeyboardInterrupt):
+        sess.run(s, {n: 10**6}, options=opts)
+    t.join(5)
+    assert caught == [0]                    # the second one was raised inside the call
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    _again_and_close(sess, lambda: sess.run(s, {n: 3}, options=opts), 3.0)
+
+
+def test_a_handler_of_the_users_own_is_left_alone() -> None:
+    """A program that installed its own SIGINT handler keeps it during runs: dcf does not
+    replace it (the handler is called, the run goes on to its end)."""
+    inside: list = []
+    caught: list = []
+    n, s = _sleeping_graph(inside, caught)
+    sess = dcf.Session()
+    calls: list = []
+
+    def mine(signum, frame):
+        calls.append(signum)
+
+    old = signal.signal(signal.SIGINT, mine)
+    try:
+        t = _interrupt_when(inside)
+        assert sess.run(s, {n: 3}, options=dcf.RunOptions(trace=True)) == 3.0
+        t.join(5)
+        assert calls == [signal.SIGINT]
+        assert signal.getsignal(signal.SIGINT) is mine
+    finally:
+        signal.signal(signal.SIGINT, old)
+    sess.close()
