@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import itertools
 import json
-import signal
 import threading
 import time
 from dataclasses import dataclass, field
@@ -22,7 +21,9 @@ from dcf.control_flow import check_frames
 from dcf.device import DeviceSpec
 from dcf.errors import CancelledError, DeadlineExceededError, InvalidArgumentError
 from dcf.executor import check_fetches
+from dcf.gil import share_if_due
 from dcf.graph import Graph, Operation, Tensor, get_default_graph
+from dcf.interrupts import Interrupt
 from dcf.ops.data_ops import STEP_STORES
 from dcf.ops.registry import as_value
 from dcf.partition import partition
@@ -329,25 +330,37 @@ class AsyncSession:
         rp = self._plan(targets, feed_tensors, structure)
         deadline = None if options.timeout_s is None else time.monotonic() + options.timeout_s
 
+        intr = Interrupt()
+
         def check() -> None:
+            # every few ms, where the compiled code yields
+            if intr.requested:      # Ctrl-C (dcf/interrupts.py): out at this clean point
+                raise KeyboardInterrupt
             if self._closed:        # closed by another thread (Session.close)
                 raise CancelledError("the session was closed while this run was in flight")
             if deadline is not None and time.monotonic() > deadline:
                 raise DeadlineExceededError(
                     f"run did not finish within timeout_s={options.timeout_s}; the session "
                     "is still usable")
+            share_if_due(time.perf_counter())
 
         if rp.fused is None and (len(rp.parts) != 1 or rp.parts[0][1].compiled_root is None
                                  or "gpu:" in rp.parts[0][0]):
             return NOT_INLINE       # (GPU actors move feeds and fetches themselves)
         dev, plan, feed_idx, fetch_idx = rp.fused if rp.fused is not None else rp.parts[0]
         feeds = [feed_values[k] for k in feed_idx]
-        if not rp.stores:               # (nothing to drop: no bookkeeping per run)
-            results = self._run_inline_plan(rp.fused is not None, dev, plan, feeds, check)
-        else:
-            with _dropped_if_failed():
+        # (a plan with no loop has no check to stop at: Ctrl-C stays Python's there, and
+        # such a run -- often a few us -- does not pay the ~2 us of taking SIGINT over)
+        with intr if len(plan.frames) > 1 else _NO_INTERRUPT:
+            if not rp.stores:               # (nothing to drop: no bookkeeping per run)
                 results = self._run_inline_plan(rp.fused is not None, dev, plan, feeds,
                                                 check)
+            else:
+                with _dropped_if_failed():
+                    results = self._run_inline_plan(rp.fused is not None, dev, plan, feeds,
+                                                    check)
+            if intr.requested:              # it came after the run's last check
+                raise KeyboardInterrupt
         values: list[Any] = [None] * len(targets)
         for t, v in zip(feed_tensors, feed_values):
             for i, target in enumerate(targets):
@@ -662,61 +675,48 @@ class Session:
 
 
 def _run_to_end(loop: asyncio.AbstractEventLoop, coro: Any) -> Any:
-    """loop.run_until_complete(coro), with Ctrl-C made safe for the loop.
-
-    Python's own SIGINT handler raises KeyboardInterrupt in whatever bytecode runs when
-    the signal comes: inside the event loop's machinery (a handle popped and never run:
-    the loop then waits for it forever, bpo-39622), inside a `with lock:` of user code
-    (the lock stays held), or in a place whose exception is dropped (the interrupt is
-    lost and the run goes on). So, as asyncio.Runner does, while the run is driven from
-    the main thread the first SIGINT only cancels the run's task; the run unwinds at its
-    next yield (its partitions cancelled, the step aborted) and KeyboardInterrupt is
-    raised here, once, so the session's next run or close finds no half-run step. A
-    second SIGINT before it has unwound raises KeyboardInterrupt where it lands (an
-    escape for a run stuck in user code); it is then unwound as far as it can be."""
+    """loop.run_until_complete(coro), with Ctrl-C made safe for the loop
+    (dcf/interrupts.py): the first SIGINT cancels the run's task, which unwinds at its next
+    yield (its partitions cancelled, the step aborted), and KeyboardInterrupt is raised
+    here, once, so that the session's next run or close finds no half-run step. A second
+    SIGINT before that raises where it lands; the run is then unwound as far as it can
+    be."""
     task = loop.create_task(coro)
-    interrupted = False
-    handler = None
 
-    def on_sigint(signum: int, frame: Any) -> None:
-        nonlocal interrupted
-        if interrupted or task.done():
+    def cancel() -> None:
+        if task.done():     # (over already: the interrupt goes out where it lands)
             raise KeyboardInterrupt
-        interrupted = True
         task.cancel()
         loop.call_soon_threadsafe(_wake)   # (a loop asleep in select wakes to act on it)
 
-    if threading.current_thread() is threading.main_thread() and \
-            signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    with Interrupt(cancel) as intr:
         try:
-            signal.signal(signal.SIGINT, on_sigint)
-            handler = on_sigint
-        except ValueError:          # (not the main interpreter)
-            handler = None
-    try:
-        try:
-            return loop.run_until_complete(task)
-        except asyncio.CancelledError:
-            if interrupted:
-                raise KeyboardInterrupt from None
-            raise
-        except Exception as e:
-            if interrupted:         # failed while it unwound: the user asked to stop
-                raise KeyboardInterrupt from e
-            raise
-    except BaseException:
-        if not task.done():
-            task.cancel()
             try:
-                loop.run_until_complete(task)
-            except (asyncio.CancelledError, Exception):
-                pass
-        elif not task.cancelled():
-            task.exception()                  # retrieved: no "never retrieved" report
-        raise
-    finally:
-        if handler is not None and signal.getsignal(signal.SIGINT) is handler:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+                result = loop.run_until_complete(task)
+            except asyncio.CancelledError:
+                if intr.requested:
+                    raise KeyboardInterrupt from None
+                raise
+            except Exception as e:
+                if intr.requested:      # failed while it unwound: the user asked to stop
+                    raise KeyboardInterrupt from e
+                raise
+            if intr.requested:          # it came after the run's last yield
+                raise KeyboardInterrupt
+            return result
+        except BaseException:
+            if not task.done():
+                task.cancel()
+                try:
+                    loop.run_until_complete(task)
+                except (asyncio.CancelledError, Exception):
+                    pass
+            elif not task.cancelled():
+                task.exception()              # retrieved: no "never retrieved" report
+            raise
+
+
+_NO_INTERRUPT = contextlib.nullcontext()
 
 
 def _wake() -> None:

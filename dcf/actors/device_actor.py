@@ -13,11 +13,11 @@ share a message with the next ones.
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from typing import Any
 
 from dcf.executor import Executor
+from dcf.gil import share_if_due
 from dcf.plan import ExecPlan
 from dcf.resources import DeviceResources
 from dcf.token import DEAD
@@ -30,9 +30,6 @@ _BURST_FIRST = 32       # ... at a step's start: bursts double while they stay s
 _BURST_REMOTE = 32      # ... in a partition that sends to other processes
 _BURST_WAITING = 8      # ... while it also waits for values (answers are latency-bound)
 _YIELD_EVERY_S = 0.002  # hand the event loop back at least this often (frame_compiler._YIELD_S)
-_SHARE_GIL_S = 0.00002     # how long a pump lets go of the GIL for other threads ...
-_SHARE_GIL_BUSY_S = 0.005  # ... this often while one takes it (the switch interval) ...
-_SHARE_GIL_IDLE_S = 0.01   # ... and backing off to this while none does
 _INLINE_S = 0.0005      # longest run inside a transport callback
 _FLUSH_S = 0.0002       # longest a run-ahead send is held while nodes are ready
 _HOLD_S = 0.001         # ... or while the partition waits for an answer to piggyback on
@@ -128,8 +125,7 @@ class _StepRun:
         self.pumping = True
         try:
             now = time.perf_counter()
-            if now > _gil.due:
-                _gil.share(now)
+            share_if_due(now)       # (other threads get the GIL now and then: dcf/gil.py)
             deadline = now + budget_s
             while True:
                 if not self.remote:
@@ -285,38 +281,6 @@ class _StepRun:
         await waitable
         self.ex.resume(node, ist)
         self.poke()
-
-
-class _GilSharing:
-    """A run on an event loop lets go of the GIL at every turn of the loop (its select)
-    and takes it back at once: far more often than the interpreter's switch interval
-    (5 ms), and each time that restarts the wait of a thread that wants the GIL, which
-    then never asks for it -- it starved for up to a second at a time (a service's event
-    loop in the main thread while a run goes on in an executor thread:
-    tests/core/test_threads_share_the_gil.py, bench/NOTES.md "GIL"). So now and then,
-    where other threads exist, a pump sleeps _SHARE_GIL_S (~75 us on a VM whose shortest
-    sleep is ~55 us): long enough for a waiter to wake and take the GIL. When one did
-    (the sleep came back late) the next share is due a switch interval later; while none
-    does, the interval doubles up to _SHARE_GIL_IDLE_S (a cost of ~0.75% of the run's
-    time where idle threads exist; none where there are no other threads)."""
-
-    due = 0.0
-    every = _SHARE_GIL_BUSY_S
-
-    def share(self, now: float) -> None:
-        if threading.active_count() > 1:
-            time.sleep(_SHARE_GIL_S)
-            after = time.perf_counter()
-            if after - now > 0.0005:        # another thread ran meanwhile
-                self.every = _SHARE_GIL_BUSY_S
-            elif self.every < _SHARE_GIL_IDLE_S:
-                self.every *= 2
-            self.due = after + self.every
-        else:
-            self.due = now + _SHARE_GIL_IDLE_S
-
-
-_gil = _GilSharing()
 
 
 def _iteration_of(item: tuple) -> int:

@@ -67,9 +67,12 @@ def _wait_for(flag: list, timeout: float = 30.0) -> bool:
     return True
 
 
-def _interrupt_when(started: list) -> threading.Thread:
+def _interrupt_when(started: list, delay: float = 0.0) -> threading.Thread:
+    """SIGINT to the main thread once `started` has an entry (and `delay` s more: a
+    signal that comes just before a blocking call is acted on when the call returns)."""
     def go():
         if _wait_for(started):
+            time.sleep(delay)
             signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
     t = threading.Thread(target=go, daemon=True)
     t.start()
@@ -186,19 +189,30 @@ def _sleeping_graph(inside: list, caught: list):
     return n, s
 
 
-@pytest.mark.parametrize("kind", LOOPS)
-def test_interrupt_is_never_raised_inside_user_code_on_the_loop(kind, monkeypatch) -> None:
-    """On the event loop, the first Ctrl-C cancels the run instead of raising inside
-    whatever runs (Python's handler would raise it in the py_func's sleep: a user's
-    `with lock:` there could be left locked); the py_func ends its call, the run stops at
-    its next yield, KeyboardInterrupt comes out of run, and SIGINT's handler is Python's
-    own again."""
-    _loop_kind(kind, monkeypatch)
+PATHS = ["uvloop", "asyncio", "inline"]
+
+
+def _path(path: str, monkeypatch) -> dcf.RunOptions:
+    """The run options that take `path`: traced runs go on the event loop (of the kind
+    asked for), untraced compiled ones run inline with no loop."""
+    if path == "inline":
+        return dcf.RunOptions()
+    _loop_kind(path, monkeypatch)
+    return dcf.RunOptions(trace=True)
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_interrupt_is_never_raised_inside_user_code(path, monkeypatch) -> None:
+    """The first Ctrl-C asks the run to stop instead of raising inside whatever runs
+    (Python's handler would raise it in the py_func's sleep: a user's `with lock:` there
+    could be left locked); the py_func ends its call, the run stops at its next yield or
+    check, KeyboardInterrupt comes out of run, and SIGINT's handler is Python's own
+    again."""
+    opts = _path(path, monkeypatch)
     inside: list = []
     caught: list = []
     n, s = _sleeping_graph(inside, caught)
     sess = dcf.Session()
-    opts = dcf.RunOptions(trace=True)           # (the event-loop path)
     assert sess.run(s, {n: 2}, options=opts) == 1.0
     inside.clear()
     t = _interrupt_when(inside)
@@ -213,15 +227,16 @@ def test_interrupt_is_never_raised_inside_user_code_on_the_loop(kind, monkeypatc
     _again_and_close(sess, lambda: sess.run(s, {n: 3}, options=opts), 3.0)
 
 
-def test_a_second_interrupt_raises_where_it_lands(monkeypatch) -> None:
-    """A run stuck in user code (a py_func that sleeps long) is cancelled by the first
-    Ctrl-C only at its next yield; a second Ctrl-C raises KeyboardInterrupt inside it at
-    once -- the escape hatch -- and the session still runs again."""
+@pytest.mark.parametrize("path", PATHS)
+def test_a_second_interrupt_raises_where_it_lands(path, monkeypatch) -> None:
+    """A run stuck in user code (a py_func that sleeps long) stops for the first Ctrl-C
+    only at its next yield or check; a second Ctrl-C raises KeyboardInterrupt inside it
+    at once -- the escape hatch -- and the session still runs again."""
+    opts = _path(path, monkeypatch)
     inside: list = []
     caught: list = []
     n, s = _sleeping_graph(inside, caught)
     sess = dcf.Session()
-    opts = dcf.RunOptions(trace=True)
     main = threading.main_thread().ident
 
     def twice():
@@ -243,9 +258,11 @@ def test_a_second_interrupt_raises_where_it_lands(monkeypatch) -> None:
     _again_and_close(sess, lambda: sess.run(s, {n: 3}, options=opts), 3.0)
 
 
-def test_a_handler_of_the_users_own_is_left_alone() -> None:
+@pytest.mark.parametrize("path", PATHS)
+def test_a_handler_of_the_users_own_is_left_alone(path, monkeypatch) -> None:
     """A program that installed its own SIGINT handler keeps it during runs: dcf does not
     replace it (the handler is called, the run goes on to its end)."""
+    opts = _path(path, monkeypatch)
     inside: list = []
     caught: list = []
     n, s = _sleeping_graph(inside, caught)
@@ -258,10 +275,42 @@ def test_a_handler_of_the_users_own_is_left_alone() -> None:
     old = signal.signal(signal.SIGINT, mine)
     try:
         t = _interrupt_when(inside)
-        assert sess.run(s, {n: 3}, options=dcf.RunOptions(trace=True)) == 3.0
+        assert sess.run(s, {n: 3}, options=opts) == 3.0
         t.join(5)
         assert calls == [signal.SIGINT]
         assert signal.getsignal(signal.SIGINT) is mine
     finally:
         signal.signal(signal.SIGINT, old)
     sess.close()
+
+
+@pytest.mark.parametrize("path", LOOPS)
+def test_an_interrupt_in_a_run_without_a_loop_comes_out_after_it(path, monkeypatch) -> None:
+    """A run on the event loop whose graph has no loop has no yield to stop at: a Ctrl-C
+    during its one slow py_func comes out of run as KeyboardInterrupt once the run is
+    over (not lost, not raised inside the py_func). (Inline, such a run keeps Python's
+    own handler: dcf/session.py, run_inline.)"""
+    opts = _path(path, monkeypatch)
+    inside: list = []
+    caught: list = []
+    x = dcf.placeholder(dcf.float64, (), name="x")
+
+    def slow(v):
+        inside.append(1)
+        try:
+            time.sleep(0.3)
+        except KeyboardInterrupt:
+            caught.append(1)
+            raise
+        return v
+
+    y = dcf.reshape(dcf.py_func(slow, [x * 2.0], dcf.float64), []) + 1.0
+    sess = dcf.Session()
+    t = _interrupt_when(inside, delay=0.05)
+    with pytest.raises(KeyboardInterrupt):
+        sess.run(y, {x: 1.0}, options=opts)
+    t.join(5)
+    assert caught == [] and inside == [1]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    inside.clear()
+    _again_and_close(sess, lambda: sess.run(y, {x: 2.0}, options=opts), 5.0)
