@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -80,6 +81,27 @@ def test_deadline_aborts_the_step_on_every_worker_and_the_session_goes_on():
                 fill = q.enqueue([dcf.constant(7.0)])
             sess.run(fill)
             assert sess.run(item) == 7.0
+
+
+def test_ctrl_c_during_a_run_aborts_it_on_every_worker_and_the_session_goes_on():
+    """Ctrl-C while the client waits for a run over two workers: KeyboardInterrupt comes
+    out of run once, every worker drops the step, and the session runs again."""
+    with dcf.Cluster.local(2) as cluster:
+        spin = long_loop(10**8)[1]
+        with dcf.Session(cluster=cluster) as sess:
+            main = threading.main_thread().ident
+            timer = threading.Timer(0.5, signal.pthread_kill, (main, signal.SIGINT))
+            timer.start()
+            t0 = time.monotonic()
+            with pytest.raises(KeyboardInterrupt):
+                sess.run(spin)
+            timer.join()
+            assert time.monotonic() - t0 < 5.0
+            wait_for(lambda: all(cluster._stats(k)[0]["steps"] == 0 for k in range(2)),
+                     10, "every worker to drop the interrupted step")
+            with on(1):
+                z = dcf.constant(2.0) * 3.0
+            assert sess.run(z) == 6.0
 
 
 def test_workers_exit_when_their_client_process_dies(tmp_path):
