@@ -36,11 +36,12 @@ class _Sharing:
 _state = _Sharing()
 
 
-def share_if_due(now: float) -> None:
-    """Let a waiting thread have the GIL if one is due (`now`: time.perf_counter())."""
+def share_if_due(now: float) -> float:
+    """Let a waiting thread have the GIL if one is due (`now`: time.perf_counter());
+    return the time after it (`now` where nothing was shared)."""
     st = _state
     if now < st.due:
-        return
+        return now
     if threading.active_count() > 1:
         time.sleep(_SHARE_S)
         after = time.perf_counter()
@@ -49,5 +50,6 @@ def share_if_due(now: float) -> None:
         elif st.every < _IDLE_S:
             st.every *= 2
         st.due = after + st.every
-    else:
-        st.due = now + _IDLE_S
+        return after
+    st.due = now + _IDLE_S
+    return now

@@ -349,18 +349,18 @@ class AsyncSession:
             return NOT_INLINE       # (GPU actors move feeds and fetches themselves)
         dev, plan, feed_idx, fetch_idx = rp.fused if rp.fused is not None else rp.parts[0]
         feeds = [feed_values[k] for k in feed_idx]
-        # (a plan with no loop has no check to stop at: Ctrl-C stays Python's there, and
-        # such a run -- often a few us -- does not pay the ~2 us of taking SIGINT over)
-        with intr if len(plan.frames) > 1 else _NO_INTERRUPT:
-            if not rp.stores:               # (nothing to drop: no bookkeeping per run)
+        loops = len(plan.frames) > 1
+        if not loops and not rp.stores:
+            # nothing to set up: no check to stop at (Ctrl-C stays Python's there, and such
+            # a run -- often ~13 us -- does not pay ~2 us for taking SIGINT over), and no
+            # stacks or TensorArrays to drop if it fails
+            results = self._run_inline_plan(rp.fused is not None, dev, plan, feeds, check)
+        else:
+            with intr if loops else _NOTHING, _dropped_if_failed() if rp.stores else _NOTHING:
                 results = self._run_inline_plan(rp.fused is not None, dev, plan, feeds,
                                                 check)
-            else:
-                with _dropped_if_failed():
-                    results = self._run_inline_plan(rp.fused is not None, dev, plan, feeds,
-                                                    check)
-            if intr.requested:              # it came after the run's last check
-                raise KeyboardInterrupt
+                if intr.requested:          # it came after the run's last check
+                    raise KeyboardInterrupt
         values: list[Any] = [None] * len(targets)
         for t, v in zip(feed_tensors, feed_values):
             for i, target in enumerate(targets):
@@ -716,7 +716,7 @@ def _run_to_end(loop: asyncio.AbstractEventLoop, coro: Any) -> Any:
             raise
 
 
-_NO_INTERRUPT = contextlib.nullcontext()
+_NOTHING = contextlib.nullcontext()    # (reusable: it keeps no state)
 
 
 def _wake() -> None:

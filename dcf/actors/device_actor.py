@@ -124,8 +124,9 @@ class _StepRun:
         ex = self.ex
         self.pumping = True
         try:
-            now = time.perf_counter()
-            share_if_due(now)       # (other threads get the GIL now and then: dcf/gil.py)
+            # (other threads get the GIL now and then: dcf/gil.py; its sleep is not
+            # counted in the first burst's time)
+            now = share_if_due(time.perf_counter())
             deadline = now + budget_s
             while True:
                 if not self.remote:

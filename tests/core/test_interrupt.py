@@ -167,19 +167,24 @@ def test_interrupt_while_waiting_on_the_sessions_loop_thread(monkeypatch, caplog
     _no_unretrieved(caplog)
 
 
-def _sleeping_graph(inside: list, caught: list):
-    """A loop whose body's py_func sleeps 0.2 s per call (inside, it says so) and records
-    a KeyboardInterrupt raised inside it."""
-    n = dcf.placeholder(dcf.int32, (), name="n")
-
-    def slow(i):
-        inside.append(int(i))
+def _slow(inside: list, caught: list):
+    """A py_func body that sleeps 0.2 s (appending its argument to `inside` first) and
+    records in `caught` a KeyboardInterrupt raised inside it."""
+    def slow(v):
+        inside.append(v.item())
         try:
             time.sleep(0.2)
         except KeyboardInterrupt:
-            caught.append(int(i))
+            caught.append(v.item())
             raise
-        return i
+        return v
+    return slow
+
+
+def _sleeping_graph(inside: list, caught: list):
+    """A loop whose body's py_func is `_slow`."""
+    n = dcf.placeholder(dcf.int32, (), name="n")
+    slow = _slow(inside, caught)
 
     def body(i, s):
         j = dcf.reshape(dcf.py_func(slow, [i], dcf.int32), [])
@@ -213,7 +218,6 @@ def test_interrupt_is_never_raised_inside_user_code(path, monkeypatch) -> None:
     caught: list = []
     n, s = _sleeping_graph(inside, caught)
     sess = dcf.Session()
-    inside.clear()
     t = _interrupt_when(inside)
     start = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
@@ -293,23 +297,13 @@ def test_an_interrupt_in_a_run_without_a_loop_comes_out_after_it(path, monkeypat
     inside: list = []
     caught: list = []
     x = dcf.placeholder(dcf.float64, (), name="x")
-
-    def slow(v):
-        inside.append(1)
-        try:
-            time.sleep(0.2)
-        except KeyboardInterrupt:
-            caught.append(1)
-            raise
-        return v
-
-    y = dcf.reshape(dcf.py_func(slow, [x * 2.0], dcf.float64), []) + 1.0
+    y = dcf.reshape(dcf.py_func(_slow(inside, caught), [x * 2.0], dcf.float64), []) + 1.0
     sess = dcf.Session()
     t = _interrupt_when(inside, delay=0.05)
     with pytest.raises(KeyboardInterrupt):
         sess.run(y, {x: 1.0}, options=opts)
     t.join(5)
-    assert caught == [] and inside == [1]
+    assert caught == [] and inside == [2.0]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     inside.clear()
     _again_and_close(sess, lambda: sess.run(y, {x: 2.0}, options=opts), 5.0)
