@@ -330,7 +330,7 @@ class AsyncSession:
         rp = self._plan(targets, feed_tensors, structure)
         deadline = None if options.timeout_s is None else time.monotonic() + options.timeout_s
 
-        intr = Interrupt()
+        intr = _NEVER_INTERRUPTED     # (a real one below, only where the plan has a loop)
 
         def check() -> None:
             # every few ms, where the compiled code yields
@@ -356,6 +356,8 @@ class AsyncSession:
             # stacks or TensorArrays to drop if it fails
             results = self._run_inline_plan(rp.fused is not None, dev, plan, feeds, check)
         else:
+            if loops:
+                intr = Interrupt()
             with intr if loops else _NOTHING, _dropped_if_failed() if rp.stores else _NOTHING:
                 results = self._run_inline_plan(rp.fused is not None, dev, plan, feeds,
                                                 check)
@@ -717,6 +719,7 @@ def _run_to_end(loop: asyncio.AbstractEventLoop, coro: Any) -> Any:
 
 
 _NOTHING = contextlib.nullcontext()    # (reusable: it keeps no state)
+_NEVER_INTERRUPTED = Interrupt()       # (never entered: `requested` stays False)
 
 
 def _wake() -> None:
