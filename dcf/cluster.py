@@ -813,10 +813,11 @@ class Cluster:
             return spec.index is not None and spec.index < w.gpus
         return False
 
-    def _new_session(self, heartbeat_timeout_s: float) -> int:
+    def _new_session(self, heartbeat_timeout_s: float | None) -> int:
         if self._closed:
             raise RuntimeError("this cluster is closed")
-        if heartbeat_timeout_s != self._client.transport.heartbeat_timeout_s:
+        if heartbeat_timeout_s is not None and \
+                heartbeat_timeout_s != self._client.transport.heartbeat_timeout_s:
             self._io.loop.call_soon_threadsafe(self._client.set_heartbeat_timeout,
                                                heartbeat_timeout_s)
         return next(self._sessions)

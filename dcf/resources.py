@@ -10,16 +10,38 @@ from typing import Any
 import numpy as np
 
 
-@dataclass(slots=True)
 class VarStore:
-    """The storage of one variable on its device."""
+    """The storage of one variable on its device.
 
-    name: str
-    value: Any = None
+    A numpy value is made read-only as it is stored: a read of the variable (a fetch, a
+    value the user keeps) is its buffer itself, and must not be a way to change it. An
+    update writes in place only where nothing else refers to the buffer (state_ops's
+    `_writable`), and the buffer is read-only again once stored."""
+
+    __slots__ = ("name", "_value")
+
+    def __init__(self, name: str, value: Any = None) -> None:
+        self.name = name
+        self._value = None
+        if value is not None:
+            self.value = value
+
+    @property
+    def value(self) -> Any:
+        return self._value
+
+    @value.setter
+    def value(self, v: Any) -> None:
+        if type(v) is np.ndarray and v.flags.writeable:
+            v.flags.writeable = False
+        self._value = v
 
     @property
     def initialized(self) -> bool:
-        return self.value is not None
+        return self._value is not None
+
+    def __repr__(self) -> str:
+        return f"VarStore({self.name!r}, {self._value!r})"
 
 
 @dataclass

@@ -17,7 +17,7 @@ import numpy as np
 from dcf import nest
 from dcf.actors.device_actor import DeviceActor
 from dcf.actors.rendezvous import LocalRendezvous
-from dcf.control_flow import check_frames
+from dcf.control_flow import _output_frame, check_frames
 from dcf.device import DeviceSpec
 from dcf.errors import CancelledError, DeadlineExceededError, InvalidArgumentError
 from dcf.executor import check_fetches
@@ -64,7 +64,8 @@ class SessionConfig:
     gpu_memory_limit: bytes per GPU past which allocations fail unless swapping or
         throttling makes room. swap_threshold: fraction of that limit past which saved
         loop values start to swap. heartbeat_timeout_s: how long a silent worker may
-        stay silent before runs fail with WorkerError. compile_frames: run loop frames
+        stay silent before runs fail with WorkerError (left at its default, the cluster's
+        own setting holds: `Cluster.local(..., heartbeat_timeout_s=)`). compile_frames: run loop frames
         that sit on one device as straight-line Python (same semantics, faster).
         fuse_devices: when every device of a run is in this process, run the whole
         graph as one compiled program with transfers at device boundaries instead of
@@ -121,7 +122,8 @@ class AsyncSession:
         self._sid = 0
         if cluster is not None:
             # Runs go to the cluster's I/O loop, which also carries the transport.
-            self._sid = cluster._new_session(self.config.heartbeat_timeout_s)
+            hb = self.config.heartbeat_timeout_s
+            self._sid = cluster._new_session(None if hb == _DEFAULT_HEARTBEAT_S else hb)
             self._rendezvous.remote_send = cluster._client.send_tensor
             self._rendezvous.remote_send_batch = cluster._client.send_batch
 
@@ -155,6 +157,8 @@ class AsyncSession:
         rp = self._plans.get(key)
         if rp is not None:
             return rp
+        for x in fetch_targets:
+            _check_fetchable(x)
         ops = _prune(fetch_targets, feed_tensors)
         check_frames(ops, set(feed_tensors))
         device_of = place(ops, "/cpu:0", self._device_exists,
@@ -281,8 +285,11 @@ class AsyncSession:
             coros.append(self._actors[dev].run_step(
                 plan, [feed_values[k] for k in feed_idx], step, self._rendezvous,
                 trace=options.trace, compiled=self.config.compile_frames))
+        deadline = _deadline(options)
         try:
-            if len(coros) == 1:
+            if not coros:
+                exs = []                # nothing to compute: fed tensors, or no fetch at all
+            elif len(coros) == 1:
                 task = coros[0]
                 exs = [await (asyncio.wait_for(task, options.timeout_s)
                               if options.timeout_s is not None else task)]
@@ -290,6 +297,8 @@ class AsyncSession:
                 gathered = _gather_fail_fast(coros)
                 exs = await (asyncio.wait_for(gathered, options.timeout_s)
                              if options.timeout_s is not None else gathered)
+            if deadline is not None and time.monotonic() > deadline:
+                raise asyncio.TimeoutError      # ended late: a kernel kept the loop past it
         except asyncio.TimeoutError:
             self._rendezvous.abort_step(step, DeadlineExceededError("deadline"))
             raise DeadlineExceededError(
@@ -328,7 +337,7 @@ class AsyncSession:
         targets, structure = _flatten_fetches(fetches, self.graph)
         feed_tensors, feed_values = _convert_feeds(feed_dict, self.graph)
         rp = self._plan(targets, feed_tensors, structure)
-        deadline = None if options.timeout_s is None else time.monotonic() + options.timeout_s
+        deadline = _deadline(options)
 
         intr = _NEVER_INTERRUPTED     # (a real one below, only where the plan has a loop)
 
@@ -339,9 +348,7 @@ class AsyncSession:
             if self._closed:        # closed by another thread (Session.close)
                 raise CancelledError("the session was closed while this run was in flight")
             if deadline is not None and time.monotonic() > deadline:
-                raise DeadlineExceededError(
-                    f"run did not finish within timeout_s={options.timeout_s}; the session "
-                    "is still usable")
+                raise _late(options)
             share_if_due(time.perf_counter())
 
         if rp.fused is None and (len(rp.parts) != 1 or rp.parts[0][1].compiled_root is None
@@ -363,6 +370,8 @@ class AsyncSession:
                                                 check)
                 if intr.requested:          # it came after the run's last check
                     raise KeyboardInterrupt
+        if deadline is not None and time.monotonic() > deadline:
+            raise _late(options)    # it ended late (a run with no loop has no check)
         values: list[Any] = [None] * len(targets)
         for t, v in zip(feed_tensors, feed_values):
             for i, target in enumerate(targets):
@@ -405,10 +414,13 @@ class AsyncSession:
             trace=options.trace, compiled=self.config.compile_frames)
             for dev, plan, feed_idx, _ in rp.parts]
         coros.append(st.wait())
+        deadline = _deadline(options)
         try:
             gathered = _gather_fail_fast(coros)
             exs = await (asyncio.wait_for(gathered, options.timeout_s)
                          if options.timeout_s is not None else gathered)
+            if deadline is not None and time.monotonic() > deadline:
+                raise asyncio.TimeoutError      # ended late: a kernel kept the loop past it
         except asyncio.TimeoutError:
             client.abort_step(step)
             self._rendezvous.abort_step(step, DeadlineExceededError("deadline"))
@@ -508,11 +520,23 @@ def _to_numpy(v: Any) -> Any:
     if isinstance(v, np.generic):
         return v
     if isinstance(v, np.ndarray):
-        return v
+        # a fetched array is the caller's to write, as in TensorFlow: one the run keeps
+        # read-only (a Variable's value, a constant, a feed) comes back as a copy
+        return v if v.flags.writeable else v.copy()
     get = getattr(v, "get", None)  # cupy arrays come back to the host
     if get is not None and hasattr(v, "__cuda_array_interface__"):
         return get()
     return v
+
+
+def _check_fetchable(x: Tensor | Operation) -> None:
+    op = x.op if type(x) is Tensor else x
+    frame = _output_frame(op) if type(x) is Tensor else op.frame_ctx
+    if frame is not None:
+        raise InvalidArgumentError(
+            f"cannot fetch {x.name} ({op.type} '{op.name}'): it lives inside while_loop "
+            f"frame '{frame.frame_name}', where it has a value per iteration; fetch a loop "
+            "output, or collect the values in a TensorArray")
 
 
 def _flatten_fetches(fetches: Any, graph: Graph) -> tuple[list, Any]:
@@ -542,11 +566,11 @@ def _convert_feeds(feed_dict: dict | None, graph: Graph) -> tuple[list, list]:
             raise TypeError("feed a Variable by assigning to it, not through feed_dict")
         if not isinstance(k, Tensor):
             raise TypeError(f"feed_dict keys must be tensors, got {k!r}")
-        if k.op.frame_ctx is not None:
+        if _output_frame(k.op) is not None:
             raise InvalidArgumentError(f"cannot feed '{k.name}': it lives inside a loop frame")
         try:
             val = as_value(v, k.dtype) if not getattr(v, "__cuda_array_interface__", None) else v
-        except (TypeError, ValueError) as e:
+        except (TypeError, ValueError, OverflowError) as e:
             raise TypeError(f"{k.op.type} '{k.op.name}': cannot feed {type(v).__name__} as "
                             f"{k.dtype}: {e}") from None
         shp = k.shape
@@ -594,6 +618,9 @@ class Session:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._driver: threading.Thread | None = None   # the thread running the loop, if one
+        self._guests = False           # another thread's run joined the driver's loop
+        self._driven = threading.Condition(self._lock)  # notified when a driver lets go
 
     @property
     def graph(self) -> Graph:
@@ -616,20 +643,52 @@ class Session:
             running = True
         except RuntimeError:
             running = False
+        me = threading.current_thread()
+        if me is self._driver or me is self._thread:
+            coro.close()
+            raise RuntimeError("Session.run was called from inside a run of the same session "
+                               "(a py_func?): the outer run holds the session's loop, so the "
+                               "inner one could never finish; use another Session")
         with self._lock:
-            if not running and self._thread is None:
-                return _run_to_end(self._private_loop(), coro)
             if self._thread is None:
-                loop = self._private_loop()
-                self._thread = threading.Thread(target=loop.run_forever, daemon=True,
-                                                name="dcf-session-loop")
-                self._thread.start()
-        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+                if self._driver is None and not running:
+                    # this thread drives the session's loop for the length of its run
+                    self._driver = me
+                    loop = self._private_loop()
+                    fut = None
+                elif self._driver is None:
+                    self._start_loop_thread()
+                    fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+                else:
+                    # another thread drives the loop: this run joins it there (it may be
+                    # the one that run waits for: an enqueue for its dequeue), and the loop
+                    # gets a thread of its own when that run ends
+                    self._guests = True
+                    fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+            else:
+                fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        if fut is None:
+            try:
+                return _run_to_end(loop, coro)
+            finally:
+                with self._lock:
+                    self._driver = None
+                    if self._guests:
+                        self._guests = False
+                        self._start_loop_thread()
+                    self._driven.notify_all()
         try:
             return fut.result()
         except BaseException:       # Ctrl-C while this thread waits: the run stops too
             fut.cancel()
             raise
+
+    def _start_loop_thread(self) -> None:
+        # (under self._lock) from now on the session's loop runs in a thread of its own
+        loop = self._private_loop()
+        self._thread = threading.Thread(target=loop.run_forever, daemon=True,
+                                        name="dcf-session-loop")
+        self._thread.start()
 
     def run(self, fetches: Any, feed_dict: dict | None = None, options: RunOptions | None = None,
             run_metadata: RunMetadata | None = None) -> Any:
@@ -646,6 +705,11 @@ class Session:
         a = self._async
         if a.cluster is not None:
             if not a._closed:
+                a._closed = True
+                if a._running and not a.cluster._closed:
+                    # runs of other threads, on the cluster's I/O loop: cancelled there,
+                    # each aborted on every worker before this returns
+                    a.cluster._io.call(a._cancel_running())
                 a.cluster._release(a._sid)
             a._closed = True
         if self._loop is None:
@@ -653,7 +717,7 @@ class Session:
             return
         if a.cluster is None:
             # runs of other threads on this session's loop: cancelled there now (the loop
-            # may be driven by the thread that runs, which holds the lock _call waits on)
+            # may be driven by one of them, which lets go of it when its run has unwound)
             a._closed = True
             loop = self._loop
             for t in list(a._running):
@@ -661,6 +725,10 @@ class Session:
                     a._cancelled_by_close.add(t)
                     loop.call_soon_threadsafe(t.cancel)
         self._call(a.close())
+        with self._lock:
+            # a run another thread drives (cancelled above) lets go of the loop first
+            if self._driver is not threading.current_thread():
+                self._driven.wait_for(lambda: self._driver is None, timeout=10)
         if self._thread is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=5)
@@ -717,6 +785,20 @@ def _run_to_end(loop: asyncio.AbstractEventLoop, coro: Any) -> Any:
                 task.exception()              # retrieved: no "never retrieved" report
             raise
 
+
+def _deadline(options: RunOptions) -> float | None:
+    return None if options.timeout_s is None else time.monotonic() + options.timeout_s
+
+
+def _late(options: RunOptions) -> DeadlineExceededError:
+    """A run that did not end within its timeout_s, stopped at a check or ended late (a
+    kernel that ran past the deadline: what it changed, such as a Variable it assigned,
+    stays changed, as in TensorFlow)."""
+    return DeadlineExceededError(f"run did not finish within timeout_s={options.timeout_s}; "
+                                 "the session is still usable")
+
+
+_DEFAULT_HEARTBEAT_S = SessionConfig.heartbeat_timeout_s
 
 _NOTHING = contextlib.nullcontext()    # (reusable: it keeps no state)
 _NEVER_INTERRUPTED = Interrupt()       # (never entered: `requested` stays False)

@@ -31,7 +31,7 @@ class TensorArray:
 
     _is_tensor_array = True
 
-    def __init__(self, dtype: Any, size: Any = None, dynamic_size: bool = False,
+    def __init__(self, dtype: Any, size: Any = 0, dynamic_size: bool = False,
                  clear_after_read: bool = True, element_shape: Any = None,
                  infer_shape: bool = True, name: str | None = None, *,
                  handle: Tensor | None = None, flow: Tensor | None = None,
@@ -45,9 +45,9 @@ class TensorArray:
             self._cell = _cell or _ShapeCell(None)
             self.name = _ta_name or handle.op.name
             return
-        if size is None:
+        if size is None:        # (as TensorFlow's None with dynamic_size: start empty)
             if not dynamic_size:
-                raise ValueError("TensorArray: give size, or dynamic_size=True")
+                raise ValueError("TensorArray: size=None needs dynamic_size=True")
             size = 0
         eshape = None if element_shape is None else tuple(
             None if d is None or d == -1 else int(d) for d in element_shape)

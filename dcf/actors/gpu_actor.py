@@ -327,7 +327,7 @@ class GpuActor(DeviceActor):
         trace = kw.get("trace", False)
         if trace:
             gpu.begin_trace()
-        feeds = [gpu.import_value(v, f"feed {k}") for k, v in enumerate(feeds)]
+        feeds = [gpu.import_value(v, _feed_label(plan, k)) for k, v in enumerate(feeds)]
         view = _GpuRendezvous(rendezvous, gpu, self._peer_edges(plan))
         try:
             with transfer_oom(lambda e: gpu._oom_text("a transfer", e)):
@@ -431,3 +431,16 @@ def make_gpu_actor(device: str, config: Any = None) -> GpuActor:
     threshold = getattr(config, "swap_threshold", 0.7)
     gpu.configure(limit, threshold)
     return GpuActor(device, gpu, limit, threshold)
+
+
+def _feed_label(plan: Any, k: int) -> str:
+    """What a feed's errors call it: the op it feeds ("feed 0" if unknown)."""
+    pnodes = getattr(plan, "feed_pnodes", None) or ()
+    p = pnodes[k] if k < len(pnodes) else None
+    op = getattr(p, "op", None)
+    if op is not None:
+        return f"the feed of {op.type} '{op.name}'"
+    if p is None:
+        return f"feed {k}"
+    name = p.name[len("_feed/"):] if p.name.startswith("_feed/") else p.name
+    return f"the feed of tensor '{name}'"

@@ -1195,14 +1195,14 @@ def _arg(type_: str, x: Any, axis: Any, output_type: Any, name: str | None) -> T
 
 
 def argmax(
-    input: Any, axis: Any = None, output_type: Any = dtypes.int64, name: str | None = None
+    input: Any, axis: Any = 0, output_type: Any = dtypes.int64, name: str | None = None
 ) -> Tensor:
     """``np.argmax(input, axis)`` as int64; axis defaults to 0 (as TF). Not differentiable."""
     return _arg("ArgMax", input, axis, output_type, name)
 
 
 def argmin(
-    input: Any, axis: Any = None, output_type: Any = dtypes.int64, name: str | None = None
+    input: Any, axis: Any = 0, output_type: Any = dtypes.int64, name: str | None = None
 ) -> Tensor:
     """``np.argmin(input, axis)`` as int64; axis defaults to 0 (as TF). Not differentiable."""
     return _arg("ArgMin", input, axis, output_type, name)

@@ -105,6 +105,11 @@ def as_value(value: Any, dtype: dtypes.DType) -> Any:
     arr = np.asarray(value, dtype=dtype.np)
     if arr.ndim == 0:
         return arr[()]
+    if arr is value and arr.flags.writeable:
+        # the caller's own array: copied, so that it stays theirs to write (a reused
+        # observation buffer) and nothing kept from a run (a Variable it was assigned to,
+        # a queue's element, a constant) changes when they do
+        arr = arr.copy()
     arr.setflags(write=False)
     return arr
 

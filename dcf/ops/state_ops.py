@@ -178,8 +178,9 @@ def _writable(handle) -> Any:
     old = handle.value
     if old is None:
         raise _uninitialized(handle)
-    if type(old) is np.ndarray and old.base is None and old.flags.writeable and \
-            _refs(old) <= _EXCLUSIVE_REFS:
+    if type(old) is np.ndarray and old.base is None and _refs(old) <= _EXCLUSIVE_REFS:
+        # (stored read-only, see VarStore; it owns its data, so it may be reopened)
+        old.flags.writeable = True
         return old
     return None
 

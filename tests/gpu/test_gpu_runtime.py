@@ -308,6 +308,17 @@ def test_resource_exhausted_names_the_op(rng):
     _run(y, {a: np.zeros((512, 512), np.float32)}, config=dcf.SessionConfig())
 
 
+def test_resource_exhausted_by_a_feed_names_the_fed_tensor():
+    big = dcf.placeholder(dcf.float32, [None], name="big_in")
+    with dcf.device("/gpu:0"):
+        y = big * 2.0
+    limit = _in_use() + 1_000_000           # a 4 MB feed does not fit
+    with pytest.raises(ResourceExhaustedError, match="feed of tensor 'big_in:0'"):
+        _run(y, {big: np.ones(1 << 20, np.float32)},
+             config=dcf.SessionConfig(gpu_memory_limit=limit))
+    _run(y, {big: np.ones(4, np.float32)}, config=dcf.SessionConfig())
+
+
 # --------------------------------------------------------------------- trace
 def test_trace_has_a_track_per_stream(tmp_path):
     g, fetch, feed, init = _lstm_step(True)

@@ -151,10 +151,14 @@ def test_own_buffer_writes_in_place_only_when_the_variable_alone_holds_it():
     del view, out
     ro = np.zeros(3, np.float32)
     ro.setflags(write=False)
-    h2 = VarStore("r", ro)
-    del ro
-    out = state_ops._own_buffer(h2)                 # read-only (a Const's value)
-    assert out is not h2.value and out.flags.writeable
+    h2 = VarStore("r", ro)                          # `ro` held too: a Const's value
+    out = state_ops._own_buffer(h2)
+    assert out is not ro and out.flags.writeable and not ro.flags.writeable
+    del ro, out
+    stored = id(h2.value)                           # frozen as stored, held by it alone:
+    out = state_ops._own_buffer(h2)                 # reopened and written in place
+    assert id(out) == stored and out.flags.writeable
+    del out
     h3 = VarStore("v", np.zeros(8, np.float32)[2:])
     assert state_ops._own_buffer(h3) is not h3.value  # a view of some other array
     with pytest.raises(dcf.errors.InvalidArgumentError, match="before it was initialized"):
