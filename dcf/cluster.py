@@ -255,8 +255,9 @@ class _Client:
         """Worker `name` is gone: fail every step that involves it, now.
 
         A worker that only went silent (not known to have exited) stays connected: if
-        it is heard from again (it was stopped, or one kernel held its loop longer than
-        the heartbeat timeout), later runs may use it again."""
+        it is heard from again (it was stopped a while: SIGSTOP, a suspended host), later
+        runs may use it again. (A kernel that holds a worker's loop does not silence it:
+        heartbeats go out from a thread of their own.)"""
         w = self.workers.get(name)
         if w is None or not w.alive:
             return

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -40,7 +41,7 @@ from dcf.actors.remote import (
 from dcf.actors.rendezvous import LocalRendezvous
 from dcf.actors.transport import ZmqTransport
 from dcf.device import DeviceSpec
-from dcf.errors import InvalidArgumentError
+from dcf.errors import InvalidArgumentError, WorkerError
 from dcf.plan import build_plan
 from dcf.token import DEAD
 
@@ -156,20 +157,38 @@ class WorkerHost:
             "pid": os.getpid(), "gpus": self.gpus(), "clock": time.time() - time.perf_counter()})
         return c
 
-    def _drop_client(self, c: _Client) -> None:
+    def _drop_client(self, c: _Client, linger_s: float = 0.0) -> None:
         for step in list(c.steps):
             self._abort(step)
         self.clients.pop(c.name, None)
         if self._fixed_client is None:
-            self.transport.remove_peer(c.name)
+            if linger_s > 0:
+                # (after what was just sent to it has left)
+                def remove(name: str = c.name) -> None:
+                    if name not in self.clients:
+                        self.transport.remove_peer(name)
+
+                asyncio.get_running_loop().call_later(linger_s, remove)
+            else:
+                self.transport.remove_peer(c.name)
 
     def _on_peer_lost(self, name: str, silent: float) -> None:
         c = self.clients.get(name)
         if c is not None:
             log.warning("worker %s: client %s silent for %.1f s; aborting its steps",
                         self.name, name, silent)
+            # Tell the client (it may only have been stopped a while): a run of it that
+            # waits for one of these steps fails when it hears this, never hangs.
+            for step in list(c.steps):
+                with contextlib.suppress(Exception):
+                    self.transport.send_control(name, error_to_msg(step, WorkerError(
+                        f"worker {self.name} aborted step {step}: its client {name} was "
+                        f"silent for {silent:.1f} s (past the heartbeat timeout of "
+                        f"{self.transport.heartbeat_timeout_s:g} s)")))
             if self._fixed_client is None:
-                self._drop_client(c)
+                # Its steps and sessions go; it stays a peer a moment longer so that the
+                # errors above reach it (then, silent to it, this worker counts as lost).
+                self._drop_client(c, linger_s=max(1.0, 2 * self.transport.heartbeat_interval_s))
             else:
                 for step in list(c.steps):
                     self._abort(step)

@@ -15,7 +15,17 @@ like rendezvous slots. A run looks like this::
     worker -> client   C {"type": "done", "step", "fired"} [+ trace blob]
                      | C {"type": "error", "step", "error", "message"}
     client -> worker   C {"type": "abort", "step"}                (timeout or failure)
+    worker -> client   C {"type": "error", "step", ...}           (also when the worker
+                                                                  aborts a step because
+                                                                  the client went silent:
+                                                                  the run fails, it never
+                                                                  waits forever)
     client -> worker   C {"type": "release", "session"}           (session closed)
+
+Every process also sends each peer a heartbeat every interval, from a thread of its own
+(see `transport.py`): a kernel that holds a process's event loop (a slow py_func) does
+not make it look dead; a killed or stopped process is still found out within the
+heartbeat timeout.
 
 ZeroMQ keeps messages of one sender to one receiver in order, so a worker has a run's
 plan and feeds before its "run", and the client has a worker's fetches before its

@@ -24,6 +24,18 @@ sends it, so per-peer order holds. Receiving: the ROUTER's file descriptor is re
 plain event-loop reader callback, and each message is handled (callbacks included) in the
 loop iteration that sees it arrive.
 
+Heartbeats say "this process is alive", not "its event loop is free": they go out from a
+small thread of their own (`_HeartbeatSender`) with a DEALER per peer of its own (ZeroMQ
+sockets are never shared between threads), so a kernel that holds the event loop for a
+long time (a slow py_func) does not silence its process. That DEALER's routing id is the
+name followed by ``\0hb`` (`_heartbeat_ident`), so it never takes the name of the main
+connection; a message from it must be a heartbeat. A peer is lost only after a silence
+while this end was listening: `check_peers` first reads what waits in the inbox, and after
+this end's own loop (or whole process) was held up, nobody is judged until a heartbeat
+round has had time to arrive, so the heartbeats that queued meanwhile are not taken for
+silence. A process that is really gone (killed, stopped, a lost host) stops both and is
+reported after `heartbeat_timeout_s`, as before.
+
 There is no replay protection, and a name is held by one connection at a time, so with only
 a secret a party that connects first under a peer's name can block that peer (its own
 messages are still rejected). A deployment on an open network uses CurveZMQ (`curve=`),
@@ -38,6 +50,7 @@ import hashlib
 import hmac
 import logging
 import struct
+import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
@@ -131,6 +144,7 @@ class _Peer:
     send_now: Any = None          # a plain (sync) shadow socket, for the fast path
     busy: bool = False            # wakeup is set: the sender task has messages to send
     ident: bytes = b""            # the name as bytes (the MAC's recipient)
+    heartbeat: bytes = b""        # the heartbeat frame for it (MAC included), built once
 
 
 class _Reject(Exception):
@@ -241,6 +255,13 @@ class ZmqTransport:
         self._mac_pads = _hmac_pads(secret) if secret is not None else None
         self._peers: dict[str, _Peer] = {}
         self._names: dict[bytes, str] = {}  # sender identities seen, decoded
+        # heartbeats: this end's heartbeat identity, the peers' ones (-> peer name), the
+        # sender thread, and when the inbox was last seen empty (see check_peers)
+        self._hb_ident = _heartbeat_ident(ident)
+        self._hb_idents: dict[bytes, str] = {}
+        self._hb_sender: _HeartbeatSender | None = None
+        self._poll_inbox: Callable[[], bool] | None = None
+        self._listened_at: float | None = None
         self._context = context
         self._owns_context = context is None
         self._router: zmq.asyncio.Socket | None = None
@@ -300,6 +321,7 @@ class ZmqTransport:
         router.bind(self.bind)
         self._address = router.getsockopt_string(zmq.LAST_ENDPOINT)
         now = self._clock()
+        self._listened_at = now
         for peer in self._peers.values():
             peer.last_heard = now  # silence is counted from start, not from add_peer
             self._connect(peer)
@@ -307,6 +329,9 @@ class ZmqTransport:
             asyncio.create_task(self._recv_loop(), name=f"dcf-transport-recv-{self.name}"),
             asyncio.create_task(self._heartbeat_loop(), name=f"dcf-transport-hb-{self.name}"),
         ]
+        self._hb_sender = _HeartbeatSender(self, zmq.Context.shadow(self._context.underlying))
+        self._hb_sender.update(self._peers.values())
+        self._hb_sender.start()
 
     async def close(self) -> None:
         """Stop all tasks, close sockets (linger 0) and the owned context. Idempotent.
@@ -319,6 +344,8 @@ class ZmqTransport:
         tasks = self._tasks + [p.task for p in self._peers.values() if p.task is not None]
         for t in tasks:
             t.cancel()
+        if self._hb_sender is not None:
+            self._hb_sender.stop()   # it closes its own sockets before the context goes
         await asyncio.gather(*tasks, return_exceptions=True)
         for peer in self._peers.values():
             if peer.socket is not None:
@@ -380,15 +407,27 @@ class ZmqTransport:
             self._allowed.keys.add(server_key)
         peer = _Peer(name, address, server_key, last_heard=self._clock(),
                      ident=name.encode("utf-8"))
+        peer.heartbeat = _HEARTBEAT
+        if self._mac_pads is not None:
+            peer.heartbeat = self._mac(self._hb_ident, peer.ident, _HEARTBEAT) + _HEARTBEAT
         self._peers[name] = peer
+        hb_ident = _heartbeat_ident(peer.ident)
+        self._hb_idents[hb_ident] = name
+        # its heartbeats may have come before it was a peer (then decoded as a name)
+        self._names.pop(hb_ident, None)
         if self._started:
             self._connect(peer)
+            if self._hb_sender is not None:
+                self._hb_sender.update(self._peers.values())
 
     def remove_peer(self, name: str) -> None:
         """Disconnect from peer `name`, dropping its queued messages. Unknown names are ignored."""
         peer = self._peers.pop(name, None)
         if peer is None:
             return
+        self._hb_idents.pop(_heartbeat_ident(peer.ident), None)
+        if self._hb_sender is not None:
+            self._hb_sender.update(self._peers.values())
         if peer.task is not None:
             peer.task.cancel()
         if peer.socket is not None:
@@ -594,11 +633,23 @@ class ZmqTransport:
                         log.exception("transport %s: end-of-burst callback failed",
                                       self.name)
 
+        def poll() -> bool:
+            """Handle what waits in the inbox now; whether it was all (for check_peers)."""
+            if stopped.done():
+                return False
+            on_readable()
+            try:
+                return not get(_EVENTS) & _POLLIN
+            except zmq.ZMQError:
+                return False
+
         loop.add_reader(fd, on_readable)
         loop.call_soon(on_readable)
+        self._poll_inbox = poll
         try:
             await stopped
         finally:
+            self._poll_inbox = None
             with contextlib.suppress(Exception):
                 loop.remove_reader(fd)
 
@@ -618,13 +669,13 @@ class ZmqTransport:
             body = memoryview(frame)
             src = self._names.get(ident)
             if src is None:
+                hb_of = self._hb_idents.get(ident)
+                if hb_of is not None:   # a peer's heartbeat thread
+                    self._handle_heartbeat(hb_of, ident, body, bulk, nbytes)
+                    return
                 src = self._new_name(ident)
             if self._mac_pads is not None:
-                if len(body) <= _MAC_BYTES:
-                    raise _Reject("mac")
-                mac, body = body[:_MAC_BYTES], body[_MAC_BYTES:]
-                if not hmac.compare_digest(mac, self._mac(ident, self._ident, body, bulk)):
-                    raise _Reject("mac")
+                body = self._verified(ident, body, bulk)
             if not body:
                 raise _Reject("kind")
             kind = _KINDS.get(body[0])
@@ -680,6 +731,29 @@ class ZmqTransport:
                 log.exception("transport %s: callback failed on a message from %s",
                               self.name, src)
 
+    def _verified(self, ident: bytes, body: memoryview, bulk: memoryview | None) -> memoryview:
+        """`body` without its MAC, once the MAC is checked (raises _Reject("mac"))."""
+        if len(body) <= _MAC_BYTES:
+            raise _Reject("mac")
+        mac, body = body[:_MAC_BYTES], body[_MAC_BYTES:]
+        if not hmac.compare_digest(mac, self._mac(ident, self._ident, body, bulk)):
+            raise _Reject("mac")
+        return body
+
+    def _handle_heartbeat(self, src: str, ident: bytes, body: memoryview,
+                          bulk: memoryview | None, nbytes: int) -> None:
+        """A message from `src`'s heartbeat identity: a heartbeat and nothing else."""
+        if self._mac_pads is not None:
+            body = self._verified(ident, body, bulk)
+        if bulk is not None or body != _HEARTBEAT:
+            raise _Reject("heartbeat with payload" if body[:1] == _HEARTBEAT else "kind")
+        self.stats["received"] += 1
+        self.stats["received_bytes"] += nbytes
+        peer = self._peers.get(src)
+        if peer is not None:
+            peer.last_heard = self._clock()
+            peer.lost = False
+
     def _new_name(self, ident: bytes) -> str:
         """A sender identity not seen before, decoded (and remembered, up to 4096)."""
         # Zero-led identities are the ones libzmq makes up for a DEALER without a
@@ -718,12 +792,25 @@ class ZmqTransport:
     # -- heartbeats ------------------------------------------------------------------------
 
     async def _heartbeat_loop(self) -> None:
+        # (the heartbeats themselves go out from the _HeartbeatSender thread)
+        hold = 0
+        last = time.monotonic()
         while True:
-            await asyncio.sleep(self.heartbeat_interval_s)
-            for peer in list(self._peers.values()):
-                # A peer with queued traffic will hear from us anyway.
-                if not peer.queue:
-                    self._enqueue(peer.name, _HEARTBEAT, b"")
+            interval = self.heartbeat_interval_s
+            await asyncio.sleep(interval)
+            t = time.monotonic()   # (real time: the injected clock measures silences)
+            if t - last > 2 * interval + 0.05:
+                # This loop was held up (a long kernel), or the whole process (SIGSTOP,
+                # a suspended VM): then libzmq's I/O thread did not read the peers'
+                # heartbeats either. Judge nobody until they have had a round to arrive.
+                hold = 2
+            last = t
+            if hold:
+                hold -= 1
+                if self._poll_inbox is not None:
+                    with contextlib.suppress(Exception):
+                        self._poll_inbox()
+                continue
             self.check_peers()
 
     def check_peers(self) -> list[str]:
@@ -731,8 +818,22 @@ class ZmqTransport:
 
         Called every heartbeat interval; tests call it directly with a fake clock. A peer
         is reported once per silence: it is reported again only after it has been heard.
+        Silence is counted up to when this end last found its inbox empty: what waits
+        there is handled first, so an event loop that was held up (a long kernel) does
+        not take the heartbeats that queued meanwhile for silence.
         """
-        now = self._clock()
+        horizon = None
+        if self._poll_inbox is not None:
+            try:
+                drained = self._poll_inbox()
+            except Exception:   # (the receive loop's own errors are handled there)
+                log.exception("transport %s: reading the inbox failed", self.name)
+                drained = False
+            if drained:
+                horizon = self._listened_at = self._clock()
+            else:   # a long backlog: only what was empty at the last check counts
+                horizon = self._listened_at
+        now = self._clock() if horizon is None else horizon
         lost = []
         for peer in list(self._peers.values()):
             silent = now - peer.last_heard
@@ -764,6 +865,108 @@ class ZmqTransport:
                     self._allowed.keys.add(self._peer_keys[peer_name])
             else:
                 self._allowed.keys.add(_z85(known))
+
+
+def _heartbeat_ident(ident: bytes) -> bytes:
+    """The routing id of the heartbeat DEALERs of the transport named `ident`: the name and
+    ``\0hb`` (a long name is cut and a hash of it added, within libzmq's 255 bytes)."""
+    if len(ident) <= 252:
+        return ident + b"\0hb"
+    return ident[:220] + b"\0hb" + hashlib.sha256(ident).digest()[:32]
+
+
+class _HeartbeatSender:
+    """A daemon thread that sends every peer of a transport a heartbeat each interval.
+
+    It owns its sockets (a DEALER per peer, routing id `_heartbeat_ident`, connected to the
+    peer's ROUTER as the main DEALER is, CurveZMQ keys included), creates and closes them
+    itself, and reads only immutable snapshots of the peers that the loop thread hands
+    it through `update` (one attribute store). Sends never block: a heartbeat that finds
+    the pipe full is dropped (the ones before it say the same).
+    """
+
+    def __init__(self, transport: ZmqTransport, context: zmq.Context) -> None:
+        self._t = transport
+        self._context = context
+        self._stopping = False
+        self._wake = threading.Event()   # set by update() and stop()
+        # name -> (address, server key, frame)
+        self._targets: dict[str, tuple[str, bytes | None, bytes]] = {}
+        self._thread = threading.Thread(target=self._main, daemon=True,
+                                        name=f"dcf-heartbeat-{transport.name}")
+
+    def update(self, peers: Any) -> None:
+        """Hand the thread the peers now (it connects to new ones at once, and sends them
+        their first heartbeat at its next round)."""
+        self._targets = {p.name: (p.address, p.server_key, p.heartbeat) for p in peers}
+        self._wake.set()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping = True
+        self._wake.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+
+    def _socket(self, address: str, server_key: bytes | None) -> zmq.Socket:
+        t = self._t
+        sock = self._context.socket(zmq.DEALER)
+        try:
+            sock.linger = 0
+            sock.sndhwm = 16
+            sock.routing_id = t._hb_ident
+            if t._curve is not None:
+                sock.curve_publickey, sock.curve_secretkey = t._curve
+                sock.curve_serverkey = server_key
+            sock.connect(address)
+        except BaseException:
+            sock.close(linger=0)
+            raise
+        return sock
+
+    def _main(self) -> None:
+        socks: dict[str, tuple[tuple, zmq.Socket]] = {}
+        monotonic = time.monotonic
+        due = monotonic() + self._t.heartbeat_interval_s
+        try:
+            while True:
+                self._wake.wait(max(0.0, due - monotonic()))
+                self._wake.clear()
+                if self._stopping:
+                    return
+                beat = monotonic() >= due
+                if beat:
+                    due = monotonic() + self._t.heartbeat_interval_s
+                targets = self._targets
+                for name in list(socks):
+                    target = targets.get(name)
+                    if target is None or target[:2] != socks[name][0]:
+                        socks.pop(name)[1].close(linger=0)
+                for name, (address, server_key, frame) in targets.items():
+                    entry = socks.get(name)
+                    try:
+                        if entry is None:
+                            entry = socks[name] = ((address, server_key),
+                                                   self._socket(address, server_key))
+                        if beat:
+                            entry[1].send(frame, _NOBLOCK)
+                    except zmq.Again:
+                        pass
+                    except zmq.ContextTerminated:
+                        raise
+                    except zmq.ZMQError as e:   # this peer only (say, a bad address)
+                        log.debug("transport %s: no heartbeat to %s: %s", self._t.name,
+                                  name, e)
+        except zmq.ContextTerminated as e:   # the context went away under us
+            log.debug("transport %s: heartbeat sender stopped: %s", self._t.name, e)
+        except Exception:
+            log.exception("transport %s: heartbeat sender failed", self._t.name)
+        finally:
+            for _, sock in socks.values():
+                with contextlib.suppress(Exception):
+                    sock.close(linger=0)
 
 
 def _hmac_pads(secret: bytes) -> tuple[Any, Any]:
