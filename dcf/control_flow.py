@@ -249,6 +249,15 @@ def cond(pred: Any, true_fn: Callable[[], Any], false_fn: Callable[[], Any],
                     f"cond '{cname}': true_fn and false_fn must return the same structure and "
                     f"types:\n  * at output[{i}]: true_fn returned {_desc(a)}, false_fn "
                     f"returned {_desc(b)}")
+            if _is_ta(a) and a.handle is not b.handle:
+                # only the flow is merged: the result would be the true branch's array
+                # whichever branch ran
+                raise ValueError(
+                    f"cond '{cname}': true_fn and false_fn return different TensorArrays at "
+                    f"output[{i}] ('{a.name}' and '{b.name}'); a cond can return a "
+                    "TensorArray only when both branches return the same one (each may "
+                    "write to it). Make the array outside the cond and write the branch's "
+                    "values into it, or return tensors (e.g. each array's stack()) instead")
         merged = []
         info.results = {1: [a.flow if _is_ta(a) else a for a in t_flat],
                         0: [b.flow if _is_ta(b) else b for b in f_flat]}
@@ -357,9 +366,10 @@ def while_loop(cond: Callable[..., Any], body: Callable[..., Any], loop_vars: An
         invariants = _flat_invariants(shape_invariants, structure, single, fname, leaves)
         counter = maximum_iterations is not None
         if counter:
-            flat = flat + [convert_to_tensor(0, dtype=dtypes.int32)]
+            # the counter counts in maximum_iterations' dtype (int32 or int64), as TF's
+            max_it = _max_iterations(maximum_iterations, fname)
+            flat = flat + [convert_to_tensor(0, dtype=max_it.dtype)]
             invariants = invariants + [()]
-            max_it = convert_to_tensor(maximum_iterations)
         ctx_cls = getattr(g, "_while_ctx_class", None) or WhileContext
         ctx = ctx_cls(fname, int(parallel_iterations), back_prop, swap_memory, outer)
         enters = []
@@ -412,7 +422,7 @@ def while_loop(cond: Callable[..., Any], body: Callable[..., Any], loop_vars: An
                 results.append(ctx.capture(x.flow if _is_ta(x) else convert_to_tensor(x)))
             if counter:
                 from dcf.ops.math_ops import add
-                results.append(add(body_in[-1], convert_to_tensor(1, dtype=dtypes.int32)))
+                results.append(add(body_in[-1], convert_to_tensor(1, dtype=max_it.dtype)))
             for k, (r, e) in enumerate(zip(results, enters)):
                 _check_loop_var(fname, k, leaves, e, r, _lenient_shapes)
             ctx.body_results = list(results)
@@ -424,6 +434,26 @@ def while_loop(cond: Callable[..., Any], body: Callable[..., Any], loop_vars: An
             exits = exits[:-1]
         packed = _repack(structure, leaves, exits)
         return packed[0] if single else packed
+
+
+def _max_iterations(maximum_iterations: Any, fname: str) -> Tensor:
+    """maximum_iterations as a scalar int32 or int64 tensor (a Python int: int32)."""
+    bad = TypeError(f"while_loop '{fname}': maximum_iterations must be an int or a scalar "
+                    f"int32/int64 tensor, got {maximum_iterations!r}")
+    if isinstance(maximum_iterations, (bool, np.bool_, float, np.floating)):
+        raise bad
+    if isinstance(maximum_iterations, (int, np.integer)):
+        v = int(maximum_iterations)
+        t = convert_to_tensor(v, dtype=dtypes.int32 if -2**31 <= v < 2**31 else dtypes.int64)
+    else:
+        try:
+            t = convert_to_tensor(maximum_iterations)
+        except (TypeError, ValueError):
+            raise bad from None
+    if t.dtype not in (dtypes.int32, dtypes.int64) or t.shape not in (None, ()):
+        raise TypeError(f"while_loop '{fname}': maximum_iterations must be a scalar int32 or "
+                        f"int64 tensor, got {t.type}")
+    return t
 
 
 def _repack(structure: Any, leaves: list, tensors: list[Tensor]) -> Any:

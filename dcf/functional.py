@@ -50,16 +50,11 @@ def map_fn(fn: Callable[..., Any], elems: Any, dtype: Any = None, parallel_itera
     with g.name_scope(name or "map"):
         flat = [convert_to_tensor(e) for e in nest.flatten(elems)]
         n = _leading_dim(flat, "map_fn")
-        if dtype is None:
-            # Trace fn once on the first elements to learn its output structure; these
-            # ops are never run (nothing fetches them).
-            with g.name_scope("structure_probe"):
-                probe = fn(nest.pack_sequence_as(elems, [x[0] for x in flat]))
-            out_struct = nest.map_structure(lambda t: convert_to_tensor(t).dtype, probe)
-        else:
-            out_struct = dtype
-        out_dtypes = nest.flatten(out_struct)
         elem_tas = _unstacked(flat, n)
+        if dtype is None:
+            return _map_inferred(g, fn, elems, flat, n, elem_tas, parallel_iterations,
+                                 back_prop, swap_memory)
+        out_dtypes = nest.flatten(dtype)
         acc = [TensorArray(dt, size=n, name="result") for dt in out_dtypes]
 
         def body(i: Tensor, accs: list) -> tuple:
@@ -72,7 +67,43 @@ def map_fn(fn: Callable[..., Any], elems: Any, dtype: Any = None, parallel_itera
         _, accs = while_loop(lambda i, _: i < n, body, (convert_to_tensor(0), acc),
                              parallel_iterations=parallel_iterations, back_prop=back_prop,
                              swap_memory=swap_memory)
-        return nest.pack_sequence_as(out_struct, [a.stack() for a in accs])
+        return nest.pack_sequence_as(dtype, [a.stack() for a in accs])
+
+
+def _map_inferred(g: Any, fn: Callable[..., Any], elems: Any, flat: list, n: Any,
+                  elem_tas: list, parallel_iterations: int, back_prop: bool,
+                  swap_memory: bool) -> Any:
+    """map_fn with its output structure taken from fn's one trace, in the loop body.
+
+    The result arrays can only be made once fn's outputs are known: the body makes them
+    (in the loop's outer context), and one flow, a loop variable, orders all their
+    writes (each iteration's writes join into the next iteration's flow; the arrays
+    are stacked after the loop with the final one). fn runs once at build time, so
+    the variables it creates are made once, as in TF."""
+    outer = g._ctx
+    made: dict = {}
+    n_t = convert_to_tensor(n)
+    with g.control_dependencies(None):
+        flow0 = apply("TensorArrayFlowJoin", [], name="results_flow")
+
+    def body(i: Tensor, flow: Tensor) -> tuple:
+        xs = nest.pack_sequence_as(elems, [ta.read(i) for ta in elem_tas])
+        out = fn(xs)
+        ys = [convert_to_tensor(y) for y in nest.flatten(out)]
+        with g._control_flow_context(outer), g.control_dependencies(None):
+            accs = [TensorArray(y.dtype, size=n_t, name="result") for y in ys]
+        made["struct"], made["accs"] = out, accs
+        if not ys:
+            return i + 1, flow
+        flows = [a._with_flow(flow).write(i, y).flow for a, y in zip(accs, ys)]
+        return i + 1, (flows[0] if len(flows) == 1 else
+                       apply("TensorArrayFlowJoin", flows, name="results_flow"))
+
+    _, flow = while_loop(lambda i, _: i < n, body, (convert_to_tensor(0), flow0),
+                         parallel_iterations=parallel_iterations, back_prop=back_prop,
+                         swap_memory=swap_memory)
+    struct = nest.map_structure(lambda t: convert_to_tensor(t).dtype, made["struct"])
+    return nest.pack_sequence_as(struct, [a._with_flow(flow).stack() for a in made["accs"]])
 
 
 def _fold(fn: Callable[..., Any], elems: Any, initializer: Any, reverse: bool, what: str,

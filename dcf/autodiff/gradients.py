@@ -142,11 +142,12 @@ def sum_grads(parts: list[Tensor]) -> Tensor:
     if len(parts) == 1:
         return parts[0]
     if parts[0].dtype is dtypes.variant:
-        # flows only order TensorArray work: wait for all of them
-        from dcf.ops.control_ops import identity
+        # flows order TensorArray work: one that follows all of them. Each is a data
+        # input (not a control dependency), so differentiating again reaches every part
+        # (a second-order gradient through several reads of one array)
+        from dcf.ops.registry import apply
 
-        with parts[0].graph.control_dependencies([p.op for p in parts[1:]]):
-            return identity(parts[0])
+        return apply("TensorArrayFlowJoin", list(parts), name="flow_join")
     from dcf.ops.math_ops import add_n
 
     return add_n(parts)

@@ -78,12 +78,34 @@ def _scatter_grad(op: Any, gflow_out: Any) -> list:
     return [None, None, v, gflow_out]
 
 
+@RegisterGradient("TensorArrayConcatV3")
+def _concat_grad(op: Any, g: Any, g_lengths: Any = None) -> list:
+    """The gradient array's split of g by the forward elements' lengths (TF)."""
+    handle, flow = op.inputs
+    if g is None:
+        return [None, None]
+    gh, gflow = _grad_array(op, flow)
+    f = apply("TensorArraySplitAccumulate", [gh, g, op.outputs[1], gflow],
+              name="ta_grad_split")
+    return [None, f]
+
+
+def _split_grad(op: Any, gflow_out: Any) -> list:
+    handle, value, lengths, flow = op.inputs
+    gh, gflow = _grad_array(op, gflow_out)
+    v = apply("TensorArrayConcatV3", [gh, gflow], name="ta_grad_concat", dtype=value.dtype,
+              element_shape=None if value.shape is None else (None,) + tuple(value.shape[1:]))
+    return [None, v[0], None, gflow_out]
+
+
 # Second order. A gradient array is filled from values (d loss / d stack, ...) that
 # themselves depend on the variables, so the ops that make and fill it differentiate
 # too: its flow passes through TensorArrayGradV3, and the accumulating writes and
 # scatters differentiate like the plain ones (the value's gradient is read back from
 # this gradient array's own gradient array).
+RegisterGradient("TensorArrayFlowJoin")(lambda op, g: [g] * len(op.inputs))
 RegisterGradient("TensorArrayGradV3")(lambda op, g_handle, g_flow: [None, g_flow])
 RegisterGradient("TensorArrayWriteAccumulate")(_write_grad)
 RegisterGradient("TensorArrayScatterAccumulate")(_scatter_grad)
+RegisterGradient("TensorArraySplitAccumulate")(_split_grad)
 _ = dtypes

@@ -138,7 +138,17 @@ class TensorArrayStore:
             z = zs[dev] = xp.zeros(self.element_shape, self.dtype.np)
         return z
 
-    def stack(self, indices: Any = None) -> Any:
+    def _known_shape(self, static: tuple | None) -> tuple | None:
+        """The element shape, fully known: from the elements written, else the one the
+        graph knows at build time (`static`); None if neither is."""
+        for shape in (self.element_shape, static):
+            if shape is not None and all(d is not None for d in shape):
+                return tuple(shape)
+        return None
+
+    def stack(self, indices: Any = None, static: tuple | None = None) -> Any:
+        """The elements at `indices` (all by default) stacked; with none, an empty array of
+        the known element shape (`static`: the build-time one)."""
         els = self.elements
         if indices is None and els and all(v is not None for v in els):
             t = type(els[0])       # every element written, all arrays of one kind: as they are
@@ -152,19 +162,21 @@ class TensorArrayStore:
         idx = range(len(els)) if indices is None else [int(i) for i in indices]
         vals = [self.read(i) for i in idx]
         if not vals:
-            shape = self.element_shape if self.element_shape is not None and \
-                all(d is not None for d in self.element_shape) else ()
+            shape = self._known_shape(static) or ()
             return np.zeros((0,) + tuple(shape), self.dtype.np)
         xp = _module_of(vals)
         return xp.stack([xp.asarray(v) for v in vals])
 
-    def concat(self) -> tuple[Any, Any]:
+    def concat(self, static: tuple | None = None) -> tuple[Any, Any]:
         vals = [self.read(i) for i in range(len(self.elements))]
         xp = _module_of(vals)
         vals = [xp.asarray(v) for v in vals]
         lengths = np.asarray([v.shape[0] if v.ndim else 1 for v in vals], np.int64)
         if not vals:
-            return np.zeros((0,), self.dtype.np), lengths
+            # an element's rows (their number need not be known), else none
+            rows = next((tuple(sh[1:]) for sh in (self.element_shape, static)
+                         if sh is not None and all(d is not None for d in sh[1:])), ())
+            return np.zeros((0,) + rows, self.dtype.np), lengths
         return xp.concatenate([v if v.ndim else v[None] for v in vals]), lengths
 
     def scatter(self, indices: Any, value: Any, accumulate: bool = False) -> None:
@@ -184,6 +196,8 @@ class TensorArrayStore:
         the others, alike, are placed as they are (one check for all rows)."""
         value = _as_array(value)
         n = value.shape[0] if value.ndim else -1
+        if n == 0 and self.infer_shape and self.element_shape is None:
+            self.element_shape = tuple(value.shape[1:])   # as TF's: the rows' shape
         if n > 0 and value.ndim > 1 and n == len(self.elements) and \
                 all(e is None for e in self.elements) and not any(self.read_once) and \
                 (indices is None or _is_range(indices, n)):
@@ -195,12 +209,23 @@ class TensorArrayStore:
             indices = np.arange(max(n, 0))
         self.scatter(indices, value, accumulate)
 
-    def split(self, value: Any, lengths: Any) -> None:
+    def split(self, value: Any, lengths: Any, accumulate: bool = False) -> None:
+        """value[start:start + lengths[i]] to index i (the inverse of concat; a scalar
+        element, which concat joins as one row, gets its row back as a scalar)."""
         value = _as_array(value)
+        lens = _host(lengths).reshape(-1)
+        if not value.ndim or int(lens.sum()) != value.shape[0]:
+            rows = f"{value.shape[0]} rows" if value.ndim else "a scalar (no rows)"
+            raise InvalidArgumentError(
+                f"split of {rows} into lengths summing to {int(lens.sum())} in "
+                f"{self._describe()}")
+        scalar = self.element_shape is not None and len(self.element_shape) == 0
         start = 0
-        for i, n in enumerate(_host(lengths).reshape(-1)):
-            self.write(i, value[start:start + int(n)])
-            start += int(n)
+        for i, n in enumerate(lens):
+            n = int(n)
+            part = value[start] if scalar and n == 1 else value[start:start + n]
+            self.write(i, part, accumulate)
+            start += n
 
 
 def _module_of(vals: list) -> Any:
@@ -260,11 +285,11 @@ def _ta_read(xp, handle, index, flow, *, dtype, element_shape):
 
 
 def _ta_gather(xp, handle, indices, flow, *, dtype, element_shape):
-    return handle.stack(_host(indices).reshape(-1))
+    return handle.stack(_host(indices).reshape(-1), element_shape)
 
 
 def _ta_stack(xp, handle, flow, *, dtype, element_shape):
-    return handle.stack()
+    return handle.stack(None, element_shape)
 
 
 def _ta_scatter(xp, handle, indices, value, flow):
@@ -280,7 +305,7 @@ def _ta_unstack(xp, handle, value, flow):
 
 
 def _ta_concat(xp, handle, flow, *, dtype, element_shape):
-    return handle.concat()
+    return handle.concat(element_shape)
 
 
 def _ta_size(xp, handle, flow):
@@ -292,7 +317,8 @@ def _ta_grad(xp, handle, flow, *, source):
     g = handle.grads.get(source)
     if g is None:
         g = TensorArrayStore(f"{handle.name}@grad", handle.dtype, len(handle.elements),
-                             handle.dynamic_size, False, handle.element_shape, True)
+                             handle.dynamic_size, False, handle.element_shape,
+                             handle.infer_shape)   # ragged elements: ragged gradients
         handle.grads[source] = g
     return g, _FLOW_VALUE
 
@@ -304,6 +330,11 @@ def _ta_write_accumulate(xp, handle, index, value, flow):
 
 def _ta_scatter_accumulate(xp, handle, indices, value, flow):
     handle.unstack(value, indices, accumulate=True)
+    return _FLOW_VALUE
+
+
+def _ta_split_accumulate(xp, handle, value, lengths, flow):
+    handle.split(value, lengths, accumulate=True)
     return _FLOW_VALUE
 
 
@@ -337,12 +368,47 @@ register(OpDef("TensorArrayWriteAccumulate", kernel=_ta_write_accumulate,
                infer=lambda h, i, v, f: _FLOW))
 register(OpDef("TensorArrayScatterAccumulate", kernel=_ta_scatter_accumulate,
                infer=lambda h, i, v, f: _FLOW))
+register(OpDef("TensorArraySplitAccumulate", kernel=_ta_split_accumulate,
+               infer=lambda h, v, n, f: _FLOW))
+
+
+def _ta_flow_join(xp, *flows):
+    return _FLOW_VALUE
+
+
+# Joins the flows of several TensorArray operations (the gradients reaching one flow
+# from several reads, say) into one that follows all of them. Unlike an Identity with
+# control dependencies, every flow is a data input, so a second-order gradient reaches
+# each of them (its gradient passes the incoming gradient on to every input).
+register(OpDef("TensorArrayFlowJoin", kernel=_ta_flow_join, infer=lambda *fs: _FLOW))
 not_differentiable("TensorArraySizeV3", "TensorArrayV3")  # GradV3: autodiff/tensor_array_grad
 
 
 # ------------------------------------------------------------------- py_func
+def _call_py_func(fn: Callable[..., Any], args: tuple, fn_name: str) -> Any:
+    """fn(*args), its StopIteration an OutOfRangeError (as TF's py_func: an exhausted
+    iterator ends the input). Raised as it is, StopIteration would end the generator
+    a compiled frame runs in (a bare RuntimeError naming no op)."""
+    try:
+        return fn(*args)
+    except StopIteration as e:
+        raise OutOfRangeError(f"py_func {fn_name} raised StopIteration"
+                              f"{': ' + str(e) if str(e) else ''}") from None
+
+
 def _py_func_kernel(xp, *args, fn, tout, stateful, fn_name):
-    result = fn(*args)
+    return _py_func_outputs(_call_py_func(fn, args, fn_name), tout, fn_name)
+
+
+def _py_func_outputs(result: Any, tout: list, fn_name: str) -> Any:
+    """fn's result as the op's outputs: None is no outputs (Tout=[]), and an error
+    where Tout declares some (a missing return, not a NaN)."""
+    if result is None:
+        if not tout:
+            return ()
+        raise InvalidArgumentError(
+            f"py_func {fn_name} returned None, Tout declares {len(tout)} "
+            f"value{'s' if len(tout) != 1 else ''} (a missing return?)")
     outs = list(result) if isinstance(result, (list, tuple)) else [result]
     if len(outs) != len(tout):
         raise InvalidArgumentError(
@@ -368,7 +434,7 @@ def _bind_py_func(xp, *, fn, tout, stateful, fn_name):
     ndarray = np.ndarray
 
     def py_func(*args):
-        result = fn(*args)
+        result = _call_py_func(fn, args, fn_name)
         if type(result) is tuple and len(result) == n:
             conv = []
             for v, npd, st in zip(result, nps, scalar_types):
@@ -379,8 +445,7 @@ def _bind_py_func(xp, *, fn, tout, stateful, fn_name):
                     break
             else:
                 return conv[0] if n == 1 else tuple(conv)
-        return _py_func_kernel(xp, *args, fn=lambda *_: result, tout=tout, stateful=stateful,
-                               fn_name=fn_name)
+        return _py_func_outputs(result, tout, fn_name)
 
     return py_func
 
