@@ -2,6 +2,8 @@
 
 Run: python examples/dqn_cartpole.py [--steps 40000] [--seed 0] [--plot bench/results/dqn.png]
      python examples/dqn_cartpole.py --client     # the same algorithm driven from Python
+     python examples/dqn_cartpole.py --stop-at-target   # stop once the average return
+                                                        # over 20 episodes reaches 150
 Needs: pip install -e '.[rl]' (gymnasium); matplotlib for --plot (pip install -e '.[plot]').
 
 Paper section 6.5 (Figure "Dynamic control flow in Deep Q-Networks"). One `sess.run(step)`

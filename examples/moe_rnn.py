@@ -5,6 +5,8 @@ the time loop whose trip count depends on a learned halting probability.
 
 Run: python examples/moe_rnn.py [--steps 200] [--experts 4] [--top-k 2] [--devices 2]
      python examples/moe_rnn.py --workers 2     # experts on worker processes (dcf.Cluster)
+     Also: [--batch 16] [--seq 8] (sequence length, time steps) [--units 16] (units of
+     the recurrent layers) [--seed 0] (the data, the initial weights and the batches).
 Shows a progress bar (tqdm when installed, else a printed one) and the loss falling.
 
     for t in range(T):                                   # dcf.while_loop, TensorArrays

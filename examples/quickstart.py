@@ -6,6 +6,8 @@ Collatz-style stepping decides its trip count at run time; the gradient of a
 data-dependent recurrence flows back through every iteration and branch.
 """
 
+import argparse
+
 import numpy as np
 
 import dcf
@@ -42,4 +44,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__.split("\n")[0]).parse_args()   # --help
     main()

@@ -6,14 +6,17 @@ Each slice is one op firing, named by op, frame and iteration; the two device tr
 show iterations overlapping (parallel_iterations) and Send/Recv between them.
 """
 
-import sys
+import argparse
 
 import numpy as np
 
 import dcf
 
 
-def main(path: str = "bench/results/trace-split-loop.png") -> None:
+DEFAULT_OUT = "bench/results/trace-split-loop.png"
+
+
+def main(path: str = DEFAULT_OUT) -> None:
     x0 = dcf.placeholder(dcf.float32, (64, 64))
     w = dcf.constant(np.random.default_rng(0).normal(size=(64, 64)).astype(np.float32) / 8)
 
@@ -32,5 +35,13 @@ def main(path: str = "bench/results/trace-split-loop.png") -> None:
     print(f"wrote {path} and the Perfetto/Chrome JSON next to it ({len(md.trace)} events)")
 
 
+def cli(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("out", nargs="?", default=DEFAULT_OUT, metavar="out.png",
+                   help="the picture to write; the Perfetto/Chrome JSON goes next to it "
+                        "(.png replaced by .json) (default: %(default)s)")
+    main(p.parse_args(argv).out)
+
+
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    cli()
