@@ -71,10 +71,11 @@ def graph_to_dot(graph: Graph | None = None) -> str:
         for op in tree.get(ctx, []):
             shape = "ellipse" if op.type in ("Switch", "Merge", "Enter", "Exit",
                                              "NextIteration", "LoopCond") else "box"
-            out.append(f'{pad}{ids[op]} [label="{op.name}\\n{op.type}", shape={shape}];')
+            out.append(f'{pad}{ids[op]} [label="{_dot(op.name)}\\n{_dot(op.type)}", '
+                       f'shape={shape}];')
         for k, child in enumerate(children.get(ctx, [])):
-            out.append(f'{pad}subgraph "cluster_{child.frame_name}" {{')
-            out.append(f'{pad}  label="frame {child.frame_name}"; style=rounded;')
+            out.append(f'{pad}subgraph "cluster_{_dot(child.frame_name)}" {{')
+            out.append(f'{pad}  label="frame {_dot(child.frame_name)}"; style=rounded;')
             emit(child, depth + 1)
             out.append(f"{pad}}}")
 
@@ -88,3 +89,8 @@ def graph_to_dot(graph: Graph | None = None) -> str:
             out.append(f"  {ids[c]} -> {ids[op]} [style=dotted];")
     out.append("}")
     return "\n".join(out) + "\n"
+
+
+def _dot(text: str) -> str:
+    """`text` inside a DOT double-quoted string (quotes and backslashes escaped)."""
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")

@@ -44,7 +44,8 @@ class RunOptions:
 
 @dataclass
 class RunMetadata:
-    """Filled by a run: `trace` holds timeline events (see dcf.trace)."""
+    """Filled by a run: `trace` holds timeline events (see dcf.trace). A run given one
+    replaces what an earlier run put there (as TF's RunMetadata)."""
 
     trace: list = field(default_factory=list)
     step_stats: dict = field(default_factory=dict)
@@ -229,6 +230,9 @@ class AsyncSession:
             return await self.cluster._io.wrap(self.run(fetches, feed_dict, options,
                                                         run_metadata))
         options = options or RunOptions()
+        if run_metadata is not None:
+            run_metadata.trace.clear()
+            run_metadata.step_stats.clear()
         targets, structure = _flatten_fetches(fetches, self.graph)
         feed_tensors, feed_values = _convert_feeds(feed_dict, self.graph)
         rp = self._plan(targets, feed_tensors, structure)
@@ -334,6 +338,9 @@ class AsyncSession:
         options = options or RunOptions()
         if options.trace or not self.config.compile_frames or self.cluster is not None:
             return NOT_INLINE
+        if run_metadata is not None:
+            run_metadata.trace.clear()
+            run_metadata.step_stats.clear()
         targets, structure = _flatten_fetches(fetches, self.graph)
         feed_tensors, feed_values = _convert_feeds(feed_dict, self.graph)
         rp = self._plan(targets, feed_tensors, structure)

@@ -5,11 +5,13 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import zipfile
 from typing import Any
 
 import numpy as np
 
 from dcf.autodiff import gradients
+from dcf.errors import InvalidArgumentError
 from dcf.graph import Operation, Tensor, get_default_graph
 from dcf.ops import array_ops, math_ops
 from dcf.ops.control_ops import group, placeholder
@@ -84,8 +86,10 @@ class AdamOptimizer(Optimizer):
         with g.name_scope(name or self.name):
             b1p = Variable(np.asarray(1.0, dt.np), name="beta1_power", trainable=False)
             b2p = Variable(np.asarray(1.0, dt.np), name="beta2_power", trainable=False)
-            nb1 = b1p.assign(b1p * self.beta1)
-            nb2 = b2p.assign(b2p * self.beta2)
+            # this step's powers; the Variables take them only once every update has
+            # (as TF's _finish): a step that fails leaves them as they were
+            nb1 = b1p * self.beta1
+            nb2 = b2p * self.beta2
             lr_t = self.learning_rate * math_ops.sqrt(1.0 - nb2) / (1.0 - nb1)
             updates = []
             for gr, var in pairs:
@@ -102,7 +106,9 @@ class AdamOptimizer(Optimizer):
                 v_new = v.assign(v * self.beta2 + math_ops.square(gr) * (1.0 - self.beta2))
                 step = lr * m_new / (math_ops.sqrt(v_new) + self.epsilon)
                 updates.append(var.assign_sub(step))
-            return group(*updates, name="update")
+            with g.control_dependencies(updates):
+                powers = [b1p.assign(nb1), b2p.assign(nb2)]
+            return group(*updates, *powers, name="update")
 
     def _slot(self, var: Variable) -> tuple[Variable, Variable]:
         s = self._slots.get(var)
@@ -150,8 +156,9 @@ class Saver:
         os.makedirs(directory, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".ckpt-", suffix=".tmp", dir=directory)
         try:
+            os.chmod(tmp, 0o666 & ~_umask())   # (mkstemp's 0600 is for its name only)
             with os.fdopen(fd, "wb") as f:
-                np.savez(f, **{v.name: np.asarray(val) for v, val in zip(self.var_list, values)})
+                _write_npz(f, [(v.name, val) for v, val in zip(self.var_list, values)])
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
@@ -173,5 +180,48 @@ class Saver:
             missing = [v.name for v in self.var_list if v.name not in data.files]
             if missing:
                 raise KeyError(f"checkpoint {path} has no values for {missing}")
-            feed = {p: data[v.name] for v, p in zip(self.var_list, self._feeds)}
+            feed = {}
+            for v, p in zip(self.var_list, self._feeds):
+                value = data[v.name]
+                _check_restorable(v, value, path)
+                feed[p] = value
         sess.run(self._restore, feed)
+
+
+def _write_npz(f: Any, items: list) -> None:
+    """An uncompressed .npz of `items` ((name, array) pairs), as np.savez writes one, but
+    with names taken as they are (savez's keyword arguments cannot be "file" or
+    "allow_pickle")."""
+    with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
+        for name, value in items:
+            with zf.open(name + ".npy", "w", force_zip64=True) as out:
+                np.lib.format.write_array(out, np.asanyarray(value), allow_pickle=False)
+
+
+def _check_restorable(var: Variable, value: np.ndarray, path: str) -> None:
+    """Raise InvalidArgumentError unless `value` (from checkpoint `path`) has var's
+    dtype and fits its shape (TF's RestoreV2 refuses both, naming the variable)."""
+    want = var.dtype.np
+    if value.dtype != want:
+        raise InvalidArgumentError(
+            f"checkpoint {path}: variable '{var.name}' is {var.dtype} but the checkpoint "
+            f"holds {value.dtype}")
+    shape = var.shape
+    if shape is not None and (len(shape) != value.ndim or any(
+            d is not None and d != s for d, s in zip(shape, value.shape))):
+        raise InvalidArgumentError(
+            f"checkpoint {path}: variable '{var.name}' has shape "
+            f"{[d for d in shape]} but the checkpoint holds shape {list(value.shape)}")
+
+
+def _umask() -> int:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)      # (elsewhere: read it by setting it, and set it back)
+    os.umask(mask)
+    return mask
