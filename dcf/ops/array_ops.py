@@ -926,7 +926,14 @@ def pad(
         if cv is None:
             raise TypeError("pad: constant_values must be known when the graph is built")
         constant_values = cv
-    constant_values = np.asarray(constant_values).item()  # a plain number in the attrs
+    cv = np.asarray(constant_values)
+    t = tensor if _is_tensorlike(tensor) else None
+    t_dtype = convert_to_tensor(t).dtype if t is not None else None
+    if t_dtype is not None and t_dtype.np.kind in "iub" and cv.dtype.kind in "fc" and \
+            cv.item() != int(cv.real.item() if cv.dtype.kind == "c" else cv.item()):
+        raise TypeError(f"pad: constant_values={cv.item()!r} is not a {t_dtype} value "
+                        "(it would be truncated)")
+    constant_values = cv.item()  # a plain number in the attrs
     if _is_tensorlike(paddings) and constant_value(paddings) is None:
         return apply(
             "Pad", [tensor, paddings], name, paddings=None, constant_values=constant_values
@@ -1131,9 +1138,13 @@ def strided_slice(input_: Any, key: Any, name: str | None = None) -> Tensor:
             spec.append(_pyslice(*parts))
         else:
             spec.append(_index_entry(k, dyn))
-    value = constant_value(input_) if not dyn and isinstance(input_, Tensor) else None
+    # fold integer constants (shape arithmetic, e.g. shape(x)[0]); a slice of a float
+    # constant stays an op, so that gradients reach the constant (TF's gradients of a
+    # constant are taken through its slices too)
+    value = constant_value(input_) if not dyn and isinstance(input_, Tensor) and \
+        input_.dtype.np.kind in "iu" else None
     if value is not None and _key_is_valid(value, spec):
-        return _const(value[tuple(spec)], input_.dtype, input_.graph)  # fold, e.g. shape(x)[0]
+        return _const(value[tuple(spec)], input_.dtype, input_.graph)
     return apply("StridedSlice", [input_, *dyn], name, key=tuple(spec))
 
 
@@ -1409,12 +1420,14 @@ def one_hot(
     """``np.where(indices[..., None] == np.arange(depth), on_value, off_value)`` with the
     new axis moved to `axis`. dtype defaults to on/off_value's dtype, else float32."""
     if dtype is None:
-        dtype = next(
-            (v.dtype for v in (on_value, off_value) if isinstance(v, Tensor)), dtypes.float32
-        )
+        # (as TF: on_value's dtype, else off_value's, else float32)
+        given = [v for v in (on_value, off_value) if v is not None]
+        dtype = (given[0].dtype if _is_tensorlike(given[0]) else
+                 dtypes.infer_dtype(given[0])) if given else dtypes.float32
     dt = dtypes.as_dtype(dtype)
     vals = [
-        v if isinstance(v, Tensor) else _const(d if v is None else v, dt, _graph_of(indices))
+        convert_to_tensor(v) if _is_tensorlike(v) else
+        _const(d if v is None else v, dt, _graph_of(indices))
         for v, d in ((on_value, 1), (off_value, 0))
     ]
     static, dyn = _int_arg(depth, "depth")
@@ -1628,9 +1641,12 @@ register(
 def _tile_grad(op, g):
     x = op.inputs[0]
     r = x.type.rank
-    if r is None:
-        raise ValueError(f"gradient of tile needs the rank of its input, got {x.type}")
     m = op.attrs["multiples"]
+    if r is None:       # the rank known only at run time: the same, with a dynamic axis list
+        mt = _cast_int32(op.inputs[1]) if m is None else _const(list(m), dtypes.int32, x.graph)
+        split_shape = reshape(transpose(stack([mt, shape(x)])), [-1])
+        axes = _math.range(0, 2 * rank(x), 2)
+        return [_math.reduce_sum(reshape(g, split_shape), axis=axes)]
     if m is not None and _known(x.shape):
         split_shape: Any = [v for pair in zip(m, x.shape) for v in pair]
     else:

@@ -87,6 +87,12 @@ def _xent_infer(logits: TensorType, labels: TensorType) -> list[TensorType]:
     shp = broadcast_shape(logits.shape, labels.shape)
     if shp is not None and len(shp) == 0:
         raise InvalidArgumentError("logits and labels must have rank >= 1")
+    if shp is not None and logits.shape is not None and len(logits.shape) == len(shp) and \
+            any(a is not None and b is not None and a != b
+                for a, b in zip(logits.shape, shp)):
+        # (labels may broadcast to the logits' shape, not the logits to the labels')
+        raise InvalidArgumentError(f"logits of shape {list(logits.shape)} do not have the "
+                                   f"shape of the labels, {list(labels.shape)}")
     return [
         TensorType(logits.dtype, None if shp is None else shp[:-1]),
         TensorType(logits.dtype, shp),
