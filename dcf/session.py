@@ -255,8 +255,8 @@ class AsyncSession:
                 raise
             self._cancelled_by_close.discard(me)
             uncancel = getattr(me, "uncancel", None)    # (Python 3.11+)
-            if uncancel is not None:
-                uncancel()
+            if uncancel is not None and uncancel() > 0:
+                raise       # the caller cancelled it too: its cancel stands
             raise CancelledError("the session was closed while this run was in flight; "
                                  "the run was aborted on every device") from None
         finally:
@@ -553,7 +553,8 @@ def _flatten_fetches(fetches: Any, graph: Graph) -> tuple[list, Any]:
         if isinstance(x, str):
             x = graph.get_tensor_by_name(x) if ":" in x else graph.get_operation_by_name(x)
         elif hasattr(x, "_as_tensor") and not isinstance(x, Tensor):
-            x = x._as_tensor()
+            fetch = getattr(x, "_fetch_tensor", None)     # (a Variable: one read for all runs)
+            x = fetch() if fetch is not None else x._as_tensor()
         elif getattr(x, "_is_tensor_array", False):
             raise TypeError("fetch a TensorArray's values with .stack() or .read(i)")
         if not isinstance(x, (Tensor, Operation)):

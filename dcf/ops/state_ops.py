@@ -443,6 +443,19 @@ class Variable:
     def _as_tensor(self) -> Tensor:
         return self.read_value()
 
+    def _fetch_tensor(self) -> Tensor:
+        """The read that `Session.run(variable)` fetches: made once, at the graph's root
+        (TF1's snapshot), so that fetching a Variable adds no op and no plan per run."""
+        t = getattr(self, "_fetched_read", None)
+        if t is None:
+            g = self.graph
+            with g.as_default(), g._control_flow_context(None), g.device(None), \
+                    g.name_scope(None):
+                t = apply("ReadVariableOp", [self.handle], name=f"{self.name}/fetch",
+                          dtype=self.dtype, shape=self.shape)
+            self._fetched_read = t
+        return t
+
     def _as_control_op(self) -> Operation:
         return self.handle.op
 

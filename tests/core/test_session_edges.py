@@ -170,3 +170,45 @@ def test_a_tensor_array_is_fixed_and_empty_by_default():
         np.testing.assert_array_equal(sess.run(grown.stack()), [4.0, 5.0])
         with pytest.raises(dcf.errors.OutOfRangeError, match="size 0, dynamic_size=False"):
             sess.run(ta.write(0, 1.0).stack())          # out of range of a fixed size 0
+
+
+def test_fetching_a_variable_adds_no_op_and_no_plan_per_run():
+    v = dcf.Variable(np.float32(3.0))
+    g = v.graph
+    with dcf.Session() as sess:
+        sess.run(v.initializer)
+        sess.run(v)
+        ops, plans = len(g.get_operations()), len(sess._async._plans)
+        for _ in range(20):
+            assert sess.run(v) == 3.0
+            assert sess.run([v, dcf.trainable_variables()[0]]) == [3.0, 3.0]
+        assert (len(g.get_operations()), len(sess._async._plans)) == (ops, plans + 1)
+
+
+def test_a_task_cancelled_by_its_caller_and_by_close_stays_cancelled():
+    """aiohttp cancels a handler whose client went away; if the app closes the session
+    at that moment, the handler must still end cancelled, not go on after catching
+    dcf's CancelledError."""
+    n = dcf.placeholder(dcf.int32, ())
+    count = dcf.while_loop(lambda i: i < n, lambda i: i + 1, dcf.constant(0))
+    log: list = []
+
+    async def handler(sess):
+        try:
+            await sess.run(count, {n: 2**31 - 1}, options=dcf.RunOptions(trace=True))
+        except dcf.errors.DcfError as e:
+            log.append(type(e).__name__)
+        await asyncio.sleep(0.2)
+        log.append("went on")
+
+    async def main():
+        sess = dcf.AsyncSession()
+        t = asyncio.create_task(handler(sess))
+        await asyncio.sleep(0.1)
+        t.cancel()
+        await sess.close()
+        await asyncio.gather(t, return_exceptions=True)
+        return t.cancelled()
+    if not hasattr(asyncio.Task, "uncancel"):
+        pytest.skip("Python < 3.11 has no cancel counts")
+    assert asyncio.run(main()) and log == []
