@@ -50,6 +50,11 @@ class RunMetadata:
     trace: list = field(default_factory=list)
     step_stats: dict = field(default_factory=dict)
 
+    def _begin(self) -> None:
+        """(a run given this starts: what an earlier run left goes)"""
+        self.trace.clear()
+        self.step_stats.clear()
+
     def write_trace(self, path: str) -> None:
         """Write the timeline as Chrome/Perfetto trace JSON."""
         from dcf.trace import to_chrome_trace
@@ -231,8 +236,7 @@ class AsyncSession:
                                                         run_metadata))
         options = options or RunOptions()
         if run_metadata is not None:
-            run_metadata.trace.clear()
-            run_metadata.step_stats.clear()
+            run_metadata._begin()
         targets, structure = _flatten_fetches(fetches, self.graph)
         feed_tensors, feed_values = _convert_feeds(feed_dict, self.graph)
         rp = self._plan(targets, feed_tensors, structure)
@@ -289,25 +293,16 @@ class AsyncSession:
             coros.append(self._actors[dev].run_step(
                 plan, [feed_values[k] for k in feed_idx], step, self._rendezvous,
                 trace=options.trace, compiled=self.config.compile_frames))
-        deadline = _deadline(options)
         try:
             if not coros:
                 exs = []                # nothing to compute: fed tensors, or no fetch at all
             elif len(coros) == 1:
-                task = coros[0]
-                exs = [await (asyncio.wait_for(task, options.timeout_s)
-                              if options.timeout_s is not None else task)]
+                exs = [await _within(coros[0], options)]
             else:
-                gathered = _gather_fail_fast(coros)
-                exs = await (asyncio.wait_for(gathered, options.timeout_s)
-                             if options.timeout_s is not None else gathered)
-            if deadline is not None and time.monotonic() > deadline:
-                raise asyncio.TimeoutError      # ended late: a kernel kept the loop past it
+                exs = await _within(_gather_fail_fast(coros), options)
         except asyncio.TimeoutError:
             self._rendezvous.abort_step(step, DeadlineExceededError("deadline"))
-            raise DeadlineExceededError(
-                f"run did not finish within timeout_s={options.timeout_s}; the session is "
-                "still usable") from None
+            raise _late(options) from None
         except BaseException as e:
             self._rendezvous.abort_step(step, e)
             raise
@@ -339,8 +334,7 @@ class AsyncSession:
         if options.trace or not self.config.compile_frames or self.cluster is not None:
             return NOT_INLINE
         if run_metadata is not None:
-            run_metadata.trace.clear()
-            run_metadata.step_stats.clear()
+            run_metadata._begin()
         targets, structure = _flatten_fetches(fetches, self.graph)
         feed_tensors, feed_values = _convert_feeds(feed_dict, self.graph)
         rp = self._plan(targets, feed_tensors, structure)
@@ -421,13 +415,8 @@ class AsyncSession:
             trace=options.trace, compiled=self.config.compile_frames)
             for dev, plan, feed_idx, _ in rp.parts]
         coros.append(st.wait())
-        deadline = _deadline(options)
         try:
-            gathered = _gather_fail_fast(coros)
-            exs = await (asyncio.wait_for(gathered, options.timeout_s)
-                         if options.timeout_s is not None else gathered)
-            if deadline is not None and time.monotonic() > deadline:
-                raise asyncio.TimeoutError      # ended late: a kernel kept the loop past it
+            exs = await _within(_gather_fail_fast(coros), options)
         except asyncio.TimeoutError:
             client.abort_step(step)
             self._rendezvous.abort_step(step, DeadlineExceededError("deadline"))
@@ -796,6 +785,19 @@ def _run_to_end(loop: asyncio.AbstractEventLoop, coro: Any) -> Any:
 
 def _deadline(options: RunOptions) -> float | None:
     return None if options.timeout_s is None else time.monotonic() + options.timeout_s
+
+
+async def _within(aw: Any, options: RunOptions) -> Any:
+    """`await aw` within options.timeout_s: asyncio.TimeoutError past it, also where `aw`
+    ended late (a kernel held the loop past the deadline, and wait_for saw the time only
+    when it got the loop back)."""
+    if options.timeout_s is None:
+        return await aw
+    deadline = _deadline(options)
+    result = await asyncio.wait_for(aw, options.timeout_s)
+    if time.monotonic() > deadline:
+        raise asyncio.TimeoutError
+    return result
 
 
 def _late(options: RunOptions) -> DeadlineExceededError:

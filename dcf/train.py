@@ -16,7 +16,8 @@ from dcf.graph import Operation, Tensor, get_default_graph
 from dcf.ops import array_ops, math_ops
 from dcf.ops.control_ops import group, placeholder
 from dcf.ops.registry import convert_to_tensor
-from dcf.ops.state_ops import Variable, apply_adam, global_variables, trainable_variables
+from dcf.ops.state_ops import (Variable, _fits, apply_adam, global_variables,
+                                trainable_variables)
 
 __all__ = ["Optimizer", "GradientDescentOptimizer", "AdamOptimizer", "Saver"]
 
@@ -206,12 +207,10 @@ def _check_restorable(var: Variable, value: np.ndarray, path: str) -> None:
         raise InvalidArgumentError(
             f"checkpoint {path}: variable '{var.name}' is {var.dtype} but the checkpoint "
             f"holds {value.dtype}")
-    shape = var.shape
-    if shape is not None and (len(shape) != value.ndim or any(
-            d is not None and d != s for d, s in zip(shape, value.shape))):
+    if var.shape is not None and not _fits(value.shape, var.shape):
         raise InvalidArgumentError(
-            f"checkpoint {path}: variable '{var.name}' has shape "
-            f"{[d for d in shape]} but the checkpoint holds shape {list(value.shape)}")
+            f"checkpoint {path}: variable '{var.name}' has shape {list(var.shape)} but the "
+            f"checkpoint holds shape {list(value.shape)}")
 
 
 def _umask() -> int:

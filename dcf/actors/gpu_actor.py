@@ -434,13 +434,9 @@ def make_gpu_actor(device: str, config: Any = None) -> GpuActor:
 
 
 def _feed_label(plan: Any, k: int) -> str:
-    """What a feed's errors call it: the op it feeds ("feed 0" if unknown)."""
-    pnodes = getattr(plan, "feed_pnodes", None) or ()
-    p = pnodes[k] if k < len(pnodes) else None
-    op = getattr(p, "op", None)
-    if op is not None:
-        return f"the feed of {op.type} '{op.name}'"
-    if p is None:
+    """What a feed's errors call it: the tensor it feeds (its _Feed node is named
+    `_feed/<tensor>`, see partition.py)."""
+    pnodes = plan.feed_pnodes
+    if k >= len(pnodes):
         return f"feed {k}"
-    name = p.name[len("_feed/"):] if p.name.startswith("_feed/") else p.name
-    return f"the feed of tensor '{name}'"
+    return f"the feed of tensor '{pnodes[k].name.removeprefix('_feed/')}'"

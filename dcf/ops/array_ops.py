@@ -927,10 +927,9 @@ def pad(
             raise TypeError("pad: constant_values must be known when the graph is built")
         constant_values = cv
     cv = np.asarray(constant_values)
-    t = tensor if _is_tensorlike(tensor) else None
-    t_dtype = convert_to_tensor(t).dtype if t is not None else None
-    if t_dtype is not None and t_dtype.np.kind in "iub" and cv.dtype.kind in "fc" and \
-            cv.item() != int(cv.real.item() if cv.dtype.kind == "c" else cv.item()):
+    t_dtype = tensor.dtype if _is_tensorlike(tensor) else dtypes.infer_dtype(tensor)
+    if t_dtype.np.kind in "iub" and cv.dtype.kind in "fc" and \
+            (cv.imag != 0 or cv.real != np.trunc(cv.real)):
         raise TypeError(f"pad: constant_values={cv.item()!r} is not a {t_dtype} value "
                         "(it would be truncated)")
     constant_values = cv.item()  # a plain number in the attrs
@@ -1642,18 +1641,15 @@ def _tile_grad(op, g):
     x = op.inputs[0]
     r = x.type.rank
     m = op.attrs["multiples"]
-    if r is None:       # the rank known only at run time: the same, with a dynamic axis list
-        mt = _cast_int32(op.inputs[1]) if m is None else _const(list(m), dtypes.int32, x.graph)
-        split_shape = reshape(transpose(stack([mt, shape(x)])), [-1])
-        axes = _math.range(0, 2 * rank(x), 2)
-        return [_math.reduce_sum(reshape(g, split_shape), axis=axes)]
     if m is not None and _known(x.shape):
         split_shape: Any = [v for pair in zip(m, x.shape) for v in pair]
     else:
         mt = _cast_int32(op.inputs[1]) if m is None else _const(list(m), dtypes.int32, x.graph)
         split_shape = reshape(transpose(stack([mt, shape(x)])), [-1])
-    summed = _math.reduce_sum(reshape(g, split_shape), axis=list(_pyrange(0, 2 * r, 2)))
-    return [summed]
+    # (the rank known only at run time: the same axes, as a tensor)
+    axes: Any = list(_pyrange(0, 2 * r, 2)) if r is not None else \
+        _math.range(0, 2 * rank(x), 2)
+    return [_math.reduce_sum(reshape(g, split_shape), axis=axes)]
 
 
 def tile(input: Any, multiples: Any, name: str | None = None) -> Tensor:

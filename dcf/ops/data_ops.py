@@ -138,12 +138,13 @@ class TensorArrayStore:
             z = zs[dev] = xp.zeros(self.element_shape, self.dtype.np)
         return z
 
-    def _known_shape(self, static: tuple | None) -> tuple | None:
-        """The element shape, fully known: from the elements written, else the one the
-        graph knows at build time (`static`); None if neither is."""
+    def _known_shape(self, static: tuple | None, skip: int = 0) -> tuple | None:
+        """The element shape past its first `skip` dimensions, fully known: from the
+        elements written, else the one the graph knows at build time (`static`); None if
+        neither is."""
         for shape in (self.element_shape, static):
-            if shape is not None and all(d is not None for d in shape):
-                return tuple(shape)
+            if shape is not None and all(d is not None for d in shape[skip:]):
+                return tuple(shape[skip:])
         return None
 
     def stack(self, indices: Any = None, static: tuple | None = None) -> Any:
@@ -174,8 +175,7 @@ class TensorArrayStore:
         lengths = np.asarray([v.shape[0] if v.ndim else 1 for v in vals], np.int64)
         if not vals:
             # an element's rows (their number need not be known), else none
-            rows = next((tuple(sh[1:]) for sh in (self.element_shape, static)
-                         if sh is not None and all(d is not None for d in sh[1:])), ())
+            rows = self._known_shape(static, skip=1) or ()
             return np.zeros((0,) + rows, self.dtype.np), lengths
         return xp.concatenate([v if v.ndim else v[None] for v in vals]), lengths
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -113,6 +115,22 @@ def run_in_thread(fn):
     th = threading.Thread(target=target, daemon=True)
     th.start()
     return th, box
+
+
+@contextlib.contextmanager
+def worker_1_stopped_mid_run(cluster, sess, fetch):
+    """Run `fetch` on a thread and SIGSTOP worker 1 once it runs; yields (box, the time
+    of the stop) once the run ended or 10 s passed (box as run_in_thread's), and lets
+    the worker go on (SIGCONT) on the way out."""
+    th, box = run_in_thread(lambda: sess.run(fetch))
+    time.sleep(0.3)
+    stopped = time.monotonic()
+    os.kill(cluster.worker_pids[1], signal.SIGSTOP)
+    try:
+        th.join(10)
+        yield box, stopped
+    finally:
+        os.kill(cluster.worker_pids[1], signal.SIGCONT)
 
 
 def close_mid_run(cluster) -> list:

@@ -19,7 +19,7 @@ import pytest
 import dcf
 from dcf.errors import DeadlineExceededError, WorkerError
 from tests.cluster.helpers import (alive, close_mid_run, long_loop, lose_worker_1_mid_loop,
-                                   on, run_in_thread, wait_for)
+                                   on, wait_for, worker_1_stopped_mid_run)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(60)]
 
@@ -42,18 +42,11 @@ def test_silent_worker_raises_worker_error_after_the_heartbeat_timeout():
         out = long_loop()
         config = dcf.SessionConfig(heartbeat_timeout_s=1.0)
         with dcf.Session(cluster=cluster, config=config) as sess:
-            th, box = run_in_thread(lambda: sess.run(out))
-            time.sleep(0.3)
-            t_stop = time.monotonic()
-            os.kill(cluster.worker_pids[1], signal.SIGSTOP)
-            try:
-                th.join(10)
+            with worker_1_stopped_mid_run(cluster, sess, out) as (box, t_stop):
                 assert isinstance(box.get("error"), WorkerError), box
                 assert "/job:worker/task:1" in str(box["error"])
                 assert "heartbeat" in str(box["error"])
                 assert box["t"] - t_stop < 1.0 + 1.5
-            finally:
-                os.kill(cluster.worker_pids[1], signal.SIGCONT)
             # once it answers again (heartbeats), runs may use it again
             with on(1):
                 y = dcf.constant(1.0) + 1.0

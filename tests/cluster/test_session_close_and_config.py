@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 
 import pytest
 
 import dcf
 from dcf.errors import WorkerError
-from tests.cluster.helpers import long_loop, run_in_thread
+from tests.cluster.helpers import long_loop, run_in_thread, worker_1_stopped_mid_run
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(60)]
 
@@ -35,13 +33,6 @@ def test_the_clusters_heartbeat_timeout_holds_where_the_session_leaves_its_defau
     with dcf.Cluster.local(2, heartbeat_timeout_s=1.0) as cluster:
         out = long_loop()
         with dcf.Session(cluster=cluster) as sess:
-            th, box = run_in_thread(lambda: sess.run(out))
-            time.sleep(0.3)
-            stopped = time.monotonic()
-            os.kill(cluster.worker_pids[1], signal.SIGSTOP)
-            try:
-                th.join(10)
+            with worker_1_stopped_mid_run(cluster, sess, out) as (box, stopped):
                 assert isinstance(box.get("error"), WorkerError), box
                 assert box["t"] - stopped < 1.0 + 1.5      # not the session default's 5 s
-            finally:
-                os.kill(cluster.worker_pids[1], signal.SIGCONT)
