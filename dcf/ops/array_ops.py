@@ -1272,9 +1272,16 @@ register(
     OpDef(
         "GatherNd",
         infer=_gather_nd_infer,
-        kernel=lambda xp, p, i: _s(p[tuple(xp.moveaxis(i, -1, 0))]),
+        kernel=lambda xp, p, i: _gather_nd(xp, p, i),
     )
 )
+
+
+def _gather_nd(xp, p, i):
+    if i.shape[-1] == 0:
+        # empty index tuples each select all of params (numpy's p[()] would give it once)
+        return xp.broadcast_to(p, i.shape[:-1] + p.shape).copy()
+    return _s(p[tuple(xp.moveaxis(i, -1, 0))])
 
 
 @_gradient("GatherNd")
@@ -1312,6 +1319,10 @@ def _scatter_nd_infer(
 
 def _scatter_nd(xp, indices, updates, *dyn, shape, hint=None):
     out = xp.zeros(shape if shape is not None else _ints(dyn[0]), dtype=updates.dtype)
+    if indices.shape[-1] == 0:
+        # empty index tuples each address all of the output: every update adds to it
+        out += updates.reshape((-1,) + out.shape).sum(axis=0, dtype=updates.dtype)
+        return out
     xp.add.at(out, tuple(xp.moveaxis(indices, -1, 0)), updates)
     return _s(out)
 

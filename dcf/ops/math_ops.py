@@ -458,7 +458,7 @@ def _sigmoid(xp, x):
 _UNARY = [
     ("Neg",        lambda xp, x: -x,                     "numeric", lambda op, g, x, y: -g),
     ("Abs",        lambda xp, x: xp.abs(x),              "numeric", lambda op, g, x, y: g * sign(x)),
-    ("Sign",       lambda xp, x: xp.sign(x),             "numeric", None),
+    ("Sign",       lambda xp, x: xp.sign(x),             "numeric", lambda op, g, x, y: zeros_like(g)),
     ("Square",     lambda xp, x: x * x,                  "numeric", lambda op, g, x, y: g * (x * 2)),
     ("Sqrt",       lambda xp, x: xp.sqrt(x),             "float",   lambda op, g, x, y: g * 0.5 / y),
     ("Rsqrt",      lambda xp, x: 1 / xp.sqrt(x),         "float",
@@ -598,7 +598,7 @@ def abs(x: Any, name: str | None = None) -> Tensor:
 
 
 def sign(x: Any, name: str | None = None) -> Tensor:
-    """``np.sign(x)`` (-1, 0 or 1). Not differentiable."""
+    """``np.sign(x)`` (-1, 0 or 1). Its gradient is zero everywhere (as TF's)."""
     return apply("Sign", [x], name)
 
 

@@ -36,11 +36,16 @@ def _random_infer(
     return TensorType(dtype, tuple(shape))
 
 
-def _sample_float(gen, shape, dtype):
+def _sample_float(gen, shape, dtype, uniform=False):
     """Draw in the requested dtype directly; float16 goes through float32."""
-    np_dt = dtype.np if dtype is not dtypes.float16 else dtypes.float32.np
-    out = gen(size=shape, dtype=np_dt)
-    return out if dtype is not dtypes.float16 else out.astype(dtype.np)
+    if dtype is not dtypes.float16:
+        return gen(size=shape, dtype=dtype.np)
+    out = gen(size=shape, dtype=np.float32)
+    if uniform:
+        # uniform [0, 1) on float16's grid: rounding a float32 draw to float16 gives
+        # exactly 1.0 for draws >= 1 - 2**-12; truncating to a multiple of 2**-11 cannot
+        out = np.floor(out * 2048.0) * (1.0 / 2048.0)
+    return out.astype(dtype.np)
 
 
 def _random_uniform(xp, *dyn, shape, dtype, seed, minval, maxval, res, node_name, hint=None):
@@ -48,7 +53,7 @@ def _random_uniform(xp, *dyn, shape, dtype, seed, minval, maxval, res, node_name
     rng = res.rng(node_name, seed)
     if dtype.is_integer:
         return _s(rng.integers(minval, maxval, size=shape, dtype=dtype.np))
-    out = _sample_float(rng.random, shape, dtype)
+    out = _sample_float(rng.random, shape, dtype, uniform=True)
     if minval != 0 or maxval != 1:
         out = out * (maxval - minval) + minval  # Python floats keep the array's dtype
     return _s(out)
