@@ -9,10 +9,10 @@ import numpy as np
 
 from dcf import dtypes, nest
 from dcf.graph import (
-    ControlFlowContext, Operation, Tensor, TensorType, get_default_graph, shape_str,
+    ControlFlowContext, Operation, Tensor, TensorType, shape_str,
 )
 from dcf.ops.control_ops import identity, merge, switch
-from dcf.ops.registry import OPS, apply, convert_to_tensor
+from dcf.ops.registry import OPS, apply, convert_to_tensor, graph_of
 
 __all__ = ["cond", "case", "while_loop", "CondContext", "WhileContext"]
 
@@ -205,8 +205,9 @@ def cond(pred: Any, true_fn: Callable[[], Any], false_fn: Callable[[], Any],
     """
     if not callable(true_fn) or not callable(false_fn):
         raise TypeError("cond: true_fn and false_fn must be callables of no arguments")
-    g = get_default_graph()
-    with g.name_scope(name or "cond") as scope:
+    # built in pred's graph (the default one for a Python value), as any op of its inputs
+    g = graph_of([pred])
+    with g.as_default(), g.name_scope(name or "cond") as scope:
         cname = scope.rstrip("/")
         if isinstance(pred, (bool, np.bool_)):
             raise TypeError(
@@ -311,8 +312,8 @@ def case(pred_fn_pairs: list, default: Callable[[], Any] | None = None,
         raise ValueError("case needs at least one (pred, fn) pair or a default")
     if default is None:
         *pairs, (_, default) = pairs
-    g = get_default_graph()
-    with g.name_scope(name or "case"):
+    g = graph_of([p for p, _ in pairs])
+    with g.as_default(), g.name_scope(name or "case"):
         def build(k: int) -> Any:
             if k == len(pairs):
                 return default()
@@ -347,23 +348,36 @@ def while_loop(cond: Callable[..., Any], body: Callable[..., Any], loop_vars: An
         back_prop: whether gradients may flow through the loop.
         swap_memory: let saved values for the gradient move to host memory.
         maximum_iterations: stop after this many iterations even if cond holds.
+        return_same_structure: return one loop var given in a list or tuple in it too.
     Returns:
-        The final loop vars (a single tensor in gives a single tensor out).
+        The final loop vars, in loop_vars' structure; a single tensor in gives a single
+        tensor out, and so does one tensor in a list or tuple unless
+        return_same_structure (TF1's rule; its body may then return the tensor alone).
+    Raises:
+        ValueError at build time: no loop vars, a body returning another structure, a
+        loop var whose static shape changes, or a shape invariant that does not hold
+        for the shape a var enters with. TypeError: a dtype that changes.
     """
     if not callable(cond) or not callable(body):
         raise TypeError("while_loop: cond and body must be callables")
     if int(parallel_iterations) < 1:
         raise ValueError(f"while_loop: parallel_iterations must be >= 1, got {parallel_iterations}")
-    g = get_default_graph()
     single = not nest.is_nested(loop_vars)
     structure = [loop_vars] if single else loop_vars
-    with g.name_scope(name or "while") as scope:
+    leaves = nest.flatten(structure)
+    if not leaves:
+        raise ValueError(f"while_loop '{name or 'while'}': loop_vars must be provided (got "
+                         f"{loop_vars!r}); pass at least one loop variable")
+    # built in the loop vars' graph (the default one if none is a tensor), as TF's
+    g = graph_of(leaves)
+    with g.as_default(), g.name_scope(name or "while") as scope:
         fname = scope.rstrip("/")
         outer = g._ctx
         cdeps = g._current_control_inputs()
-        leaves = nest.flatten(structure)
         flat = [x.flow if _is_ta(x) else convert_to_tensor(x) for x in leaves]
         invariants = _flat_invariants(shape_invariants, structure, single, fname, leaves)
+        for k, (v, inv) in enumerate(zip(flat, invariants)):
+            _check_invariant(fname, k, v, inv)
         counter = maximum_iterations is not None
         if counter:
             # the counter counts in maximum_iterations' dtype (int32 or int64), as TF's
@@ -405,6 +419,8 @@ def while_loop(cond: Callable[..., Any], body: Callable[..., Any], loop_vars: An
             out = body(*_repack(structure, leaves, body_in))
             if single and nest.is_nested(out) and len(nest.flatten(out)) == 1:
                 out = nest.flatten(out)[0]
+            elif not single and len(structure) == 1 and not nest.is_nested(out):
+                out = [out]  # TF's `while_loop(c, b, [i])` with b returning one tensor
             out_struct = [out] if single else out
             if isinstance(out_struct, tuple) and isinstance(structure, list) or \
                     isinstance(out_struct, list) and isinstance(structure, tuple):
@@ -433,7 +449,12 @@ def while_loop(cond: Callable[..., Any], body: Callable[..., Any], loop_vars: An
         if counter:
             exits = exits[:-1]
         packed = _repack(structure, leaves, exits)
-        return packed[0] if single else packed
+        if single:
+            return packed[0]
+        if not return_same_structure and len(leaves) == 1 and \
+                isinstance(structure, (list, tuple)):
+            return packed[0]  # TF1: one loop var in a list or tuple comes back unwrapped
+        return packed
 
 
 def _max_iterations(maximum_iterations: Any, fname: str) -> Tensor:
@@ -486,6 +507,18 @@ def _flat_invariants(shape_invariants: Any, structure: Any, single: bool, fname:
         out.append(None if s is None else tuple(None if d is None or d == -1 else int(d)
                                                 for d in s))
     return out
+
+
+def _check_invariant(fname: str, k: int, v: Tensor, inv: Any) -> None:
+    """A shape invariant may only relax the shape a loop var enters with (TF's rule)."""
+    a = v.shape
+    if inv is False or inv is None or a is None:
+        return
+    if len(a) != len(inv) or any(d is not None and d != e for d, e in zip(inv, a)):
+        raise ValueError(
+            f"while_loop '{fname}': the shape invariant {shape_str(inv)} of loop var {k} "
+            f"('{v.name}') is not compatible with the shape {shape_str(a)} it enters the loop "
+            "with; an invariant may only relax dimensions (None for one that changes)")
 
 
 def _flatten_shapes(inv: Any, structure: Any) -> list:

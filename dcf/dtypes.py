@@ -81,8 +81,8 @@ def as_dtype(x: Any) -> DType:
 def infer_dtype(value: Any) -> DType:
     """The dtype dcf gives a Python or numpy value when it becomes a constant.
 
-    Python ints become int32 and floats float32 (as in TensorFlow); numpy values
-    keep their own dtype.
+    Python ints become int32, or int64 where one does not fit int32, and floats
+    float32 (as in TensorFlow); numpy values keep their own dtype.
     """
     if isinstance(value, (np.ndarray, np.generic)):
         return as_dtype(value.dtype)
@@ -90,7 +90,22 @@ def infer_dtype(value: Any) -> DType:
     if arr.dtype.kind == "b":
         return bool_
     if arr.dtype.kind in "iu":
-        return int32
+        if arr.size == 0 or (_I32.min <= arr.min() and arr.max() <= _I32.max):
+            return int32
+        if arr.dtype.kind == "i" or arr.max() <= _I64.max:
+            return int64
+        raise TypeError(f"the int {arr.max()} does not fit int64, the widest dcf int type")
+    if arr.dtype.kind == "O" and _has_python_int(value):
+        raise TypeError("it holds an int that does not fit int64, the widest dcf int type")
     if arr.dtype.kind == "f":
         return float32
     raise TypeError(f"cannot convert {type(value).__name__} {value!r} to a tensor")
+
+
+_I32, _I64 = np.iinfo(np.int32), np.iinfo(np.int64)
+
+
+def _has_python_int(value: Any) -> bool:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return True
+    return isinstance(value, (list, tuple)) and any(_has_python_int(v) for v in value)

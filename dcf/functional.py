@@ -8,8 +8,8 @@ from typing import Any, Callable
 
 from dcf import nest
 from dcf.control_flow import while_loop
-from dcf.graph import Tensor, get_default_graph
-from dcf.ops.registry import apply, convert_to_tensor
+from dcf.graph import Tensor
+from dcf.ops.registry import apply, convert_to_tensor, graph_of
 from dcf.tensor_array import TensorArray
 
 __all__ = ["map_fn", "foldl", "foldr", "scan"]
@@ -46,8 +46,8 @@ def map_fn(fn: Callable[..., Any], elems: Any, dtype: Any = None, parallel_itera
     `fn` then receives the same structure of slices. Its output structure is
     inferred when `dtype` is None.
     """
-    g = get_default_graph()
-    with g.name_scope(name or "map"):
+    g = graph_of(nest.flatten(elems))  # the loop is built in elems' graph
+    with g.as_default(), g.name_scope(name or "map"):
         flat = [convert_to_tensor(e) for e in nest.flatten(elems)]
         n = _leading_dim(flat, "map_fn")
         elem_tas = _unstacked(flat, n)
@@ -138,8 +138,8 @@ def foldr(fn: Callable[..., Any], elems: Any, initializer: Any = None,
 
 
 def _foldx(fn, elems, initializer, reverse, name, pi, back_prop, swap_memory):
-    g = get_default_graph()
-    with g.name_scope(name):
+    g = graph_of(nest.flatten(elems) + nest.flatten(initializer))
+    with g.as_default(), g.name_scope(name):
         flat, n, elem_tas, init, start = _fold(fn, elems, initializer, reverse, name, pi,
                                                back_prop, swap_memory)
 
@@ -164,8 +164,8 @@ def scan(fn: Callable[..., Any], elems: Any, initializer: Any = None,
 
     With no initializer, elems[0] is the first accumulator (and the first output).
     """
-    g = get_default_graph()
-    with g.name_scope(name or "scan"):
+    g = graph_of(nest.flatten(elems) + nest.flatten(initializer))
+    with g.as_default(), g.name_scope(name or "scan"):
         flat, n, elem_tas, init, start = _fold(fn, elems, initializer, reverse, "scan",
                                                parallel_iterations, back_prop, swap_memory)
         init_flat = [convert_to_tensor(t) for t in nest.flatten(init)]

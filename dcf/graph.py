@@ -85,6 +85,24 @@ class Tensor:
     def get_shape(self) -> Shape | None:
         return self.type.shape
 
+    def _refine_shape(self, shape: Shape | None) -> None:
+        """Merge a more specific static shape into this tensor's (TF's set_shape), for a
+        builder that knows more than its op's inference: a stacked TensorArray of known
+        size, a map_fn over elems of known length. An incompatible shape is a bug there."""
+        cur = self.type.shape
+        if shape is None:
+            return
+        shape = tuple(shape)
+        if cur is None:
+            self.type = TensorType(self.type.dtype, shape)
+            return
+        if len(cur) != len(shape) or any(a is not None and b is not None and a != b
+                                         for a, b in zip(cur, shape)):
+            raise ValueError(f"{self.op.type} '{self.op.name}': static shape {shape_str(cur)} "
+                             f"is not compatible with {shape_str(shape)}")
+        self.type = TensorType(self.type.dtype,
+                               tuple(a if a is not None else b for a, b in zip(cur, shape)))
+
     def __repr__(self) -> str:
         return f"<dcf.Tensor '{self.name}' {self.type}>"
 
@@ -354,6 +372,17 @@ class Graph:
                   control_inputs: list[Operation] | None = None,
                   site: str | None = None, capture_controls: bool = True) -> Operation:
         """Append an op. Inputs must already be captured into the current context."""
+        for t in inputs:
+            if t.op.graph is not self:
+                raise ValueError(
+                    f"{type_} '{self._scope}{name or type_}': input '{t.name}' belongs to "
+                    "another graph; an op's inputs must all come from the graph it is built in")
+        for c in control_inputs or ():
+            if c.graph is not self:
+                raise ValueError(
+                    f"{type_} '{self._scope}{name or type_}': control input '{c.name}' "
+                    "belongs to another graph; an op's inputs must all come from the graph it "
+                    "is built in")
         with self._lock:
             cur = self._ctx if ctx == "current" else ctx
             fctx = (cur.while_ctx if cur is not None else None) if frame_ctx == "current" \

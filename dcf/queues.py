@@ -16,8 +16,10 @@ import numpy as np
 from dcf import dtypes
 from dcf.errors import InvalidArgumentError, OutOfRangeError
 from dcf.token import WouldBlock
-from dcf.graph import Operation, Tensor, TensorType
-from dcf.ops.registry import Kind, OpDef, apply, convert_to_tensor, not_differentiable, register
+from dcf.graph import Operation, Tensor, TensorType, get_default_graph, shape_str
+from dcf.ops.registry import (
+    Kind, OpDef, apply, constant_value, convert_in, not_differentiable, register,
+)
 
 __all__ = ["FIFOQueue"]
 
@@ -71,11 +73,36 @@ def _handle(xp, *, res, node_name, queue_name, capacity):
     return res.queue(queue_name, lambda: QueueStore(queue_name, capacity))
 
 
-def _enqueue(xp, q, *vals, many):
+def _fits(shape: tuple, want: tuple | None) -> bool:
+    """Whether `shape` is one the queue declared (None: any; a None dim: any size)."""
+    return want is None or (len(shape) == len(want) and
+                            all(w is None or w == d for d, w in zip(shape, want)))
+
+
+def _enqueue(xp, q, *vals, many, shapes=None):
+    shapes = shapes or [None] * len(vals)
     if many:
-        n = np.shape(vals[0])[0]
-        q.put([tuple(v[i] for v in vals) for i in range(n)])
+        if any(np.ndim(v) == 0 for v in vals):
+            k = next(k for k, v in enumerate(vals) if np.ndim(v) == 0)
+            raise InvalidArgumentError(f"enqueue_many to queue '{q.name}': component {k} is a "
+                                       "scalar; each component needs a first dimension to split")
+        lens = [np.shape(v)[0] for v in vals]
+        if len(set(lens)) > 1:
+            raise InvalidArgumentError(f"enqueue_many to queue '{q.name}': the components have "
+                                       f"different first dimensions {lens}")
+        for k, (v, want) in enumerate(zip(vals, shapes)):
+            if not _fits(tuple(np.shape(v)[1:]), want):
+                raise InvalidArgumentError(
+                    f"enqueue_many to queue '{q.name}': shape mismatch in component {k}: "
+                    f"expected elements of shape {shape_str(want)}, got a value of shape "
+                    f"{list(np.shape(v))}")
+        q.put([tuple(v[i] for v in vals) for i in range(lens[0] if lens else 0)])
     else:
+        for k, (v, want) in enumerate(zip(vals, shapes)):
+            if not _fits(tuple(np.shape(v)), want):
+                raise InvalidArgumentError(
+                    f"enqueue to queue '{q.name}': shape mismatch in component {k}: expected "
+                    f"{shape_str(want)}, got {list(np.shape(v))}")
         q.put([tuple(vals)])
     return ()
 
@@ -84,9 +111,32 @@ def _dequeue(xp, q, *, n, dtypes_, shapes=None):
     elems = q.take(n)
     if n is None:
         out = elems[0]
+    elif not elems:     # dequeue_many(0): empty arrays of the declared shapes
+        shapes = shapes or [None] * len(dtypes_)
+        if any(s is None or None in s for s in shapes):
+            raise InvalidArgumentError(f"dequeue_many(0) from queue '{q.name}' needs fully "
+                                       "defined component shapes")
+        out = tuple(np.zeros((0,) + tuple(s), dt.np) for s, dt in zip(shapes, dtypes_))
     else:
         out = tuple(np.stack([np.asarray(e[k]) for e in elems]) for k in range(len(dtypes_)))
     return out if len(out) > 1 else out[0]
+
+
+def _dequeue_many(xp, q, n, *, dtypes_, shapes=None):
+    """dequeue_many with the count a tensor: known only when the op runs."""
+    n = int(n)
+    if n < 0:
+        raise InvalidArgumentError(f"dequeue_many from queue '{q.name}': n must be >= 0, "
+                                   f"got {n}")
+    return _dequeue(xp, q, n=n, dtypes_=dtypes_, shapes=shapes)
+
+
+def _dequeue_many_infer(q: TensorType, n: TensorType, *, dtypes_: list,
+                        shapes: list) -> list[TensorType]:
+    if not n.dtype.is_integer or n.shape not in (None, ()):
+        raise TypeError(f"n must be a scalar int32/int64 tensor, got {n}")
+    return [TensorType(dt, None if shp is None else (None,) + tuple(shp))
+            for dt, shp in zip(dtypes_, shapes)]
 
 
 def _size(xp, q):
@@ -100,17 +150,19 @@ def _close(xp, q):
 
 register(OpDef("FIFOQueueV2", infer=lambda **kw: TensorType(dtypes.resource, ()), kernel=_handle,
                resource=True, host_only=True))
-register(OpDef("QueueEnqueueV2", infer=lambda q, *v, many: [], kernel=_enqueue, kind=Kind.ASYNC,
-               stateful=True))
+register(OpDef("QueueEnqueueV2", infer=lambda q, *v, many, shapes=None: [], kernel=_enqueue,
+               kind=Kind.ASYNC, stateful=True))
 register(OpDef("QueueDequeueV2", kernel=_dequeue, kind=Kind.ASYNC, stateful=True,
                infer=lambda q, *, n, dtypes_, shapes: [
                    TensorType(dt, None if shp is None else ((n,) if n is not None else ())
                               + tuple(shp)) for dt, shp in zip(dtypes_, shapes)]))
+register(OpDef("QueueDequeueManyV2", kernel=_dequeue_many, kind=Kind.ASYNC, stateful=True,
+               infer=_dequeue_many_infer))
 register(OpDef("QueueSizeV2", infer=lambda q: TensorType(dtypes.int32, ()), kernel=_size,
                stateful=True))
 register(OpDef("QueueCloseV2", infer=lambda q: [], kernel=_close, stateful=True))
-not_differentiable("FIFOQueueV2", "QueueEnqueueV2", "QueueDequeueV2", "QueueSizeV2",
-                   "QueueCloseV2")
+not_differentiable("FIFOQueueV2", "QueueEnqueueV2", "QueueDequeueV2", "QueueDequeueManyV2",
+                   "QueueSizeV2", "QueueCloseV2")
 
 
 class FIFOQueue:
@@ -119,41 +171,101 @@ class FIFOQueue:
     `enqueue(vals)` / `enqueue_many(vals)` add elements; `dequeue()` /
     `dequeue_many(n)` take them, waiting (only that op) while the queue is empty;
     `close()` makes waiting and later dequeues fail with OutOfRangeError once empty.
+    With `shapes` (one per component; None for a dimension of any size), an element of
+    another shape is refused: a ValueError when the enqueue is built where its shape is
+    known, else an InvalidArgumentError when it runs.
     """
 
     def __init__(self, capacity: int, dtypes: Any, shapes: Any = None,
                  name: str | None = None) -> None:
-        from dcf.graph import get_default_graph
         from dcf.dtypes import as_dtype
 
         single = not isinstance(dtypes, (list, tuple))
         self.dtypes = [as_dtype(d) for d in ([dtypes] if single else dtypes)]
-        self.shapes = [None] * len(self.dtypes) if shapes is None else \
-            [tuple(s) for s in ([shapes] if single else shapes)]
         g = get_default_graph()
         with g.name_scope(name or "fifo_queue") as scope:
             self.name = scope.rstrip("/")
+            self.shapes = self._shapes(shapes, single)
             self.handle = apply("FIFOQueueV2", [], name="handle", queue_name=self.name,
                                 capacity=int(capacity))
 
-    def _vals(self, vals: Any) -> list[Tensor]:
+    def _shapes(self, shapes: Any, single: bool) -> list:
+        if shapes is None:
+            return [None] * len(self.dtypes)
+        shapes = [shapes] if single else list(shapes)
+        if len(shapes) != len(self.dtypes):
+            raise ValueError(f"FIFOQueue '{self.name}': shapes must have one entry per dtype, "
+                             f"got {len(shapes)} shapes for {len(self.dtypes)} dtypes")
+        out = []
+        for s in shapes:
+            if s is None:
+                out.append(None)
+                continue
+            dims = tuple(None if d is None or d == -1 else int(d) for d in s)
+            if any(d is not None and d < 0 for d in dims):
+                raise ValueError(f"FIFOQueue '{self.name}': invalid shape {list(s)} (dimensions "
+                                 "are >= 0, or None for any size)")
+            out.append(dims)
+        return out
+
+    def _vals(self, vals: Any, op: str, many: bool) -> list[Tensor]:
         vals = list(vals) if isinstance(vals, (list, tuple)) else [vals]
         if len(vals) != len(self.dtypes):
-            raise ValueError(f"queue '{self.name}' holds {len(self.dtypes)} components, got "
-                             f"{len(vals)}")
-        return [convert_to_tensor(v, dtype=d) for v, d in zip(vals, self.dtypes)]
+            raise ValueError(f"{op}: queue '{self.name}' holds {len(self.dtypes)} components, "
+                             f"got {len(vals)}")
+        g = self.handle.graph
+        out = []
+        for k, (v, d) in enumerate(zip(vals, self.dtypes)):
+            try:
+                out.append(convert_in(v, g, d))
+            except TypeError as e:
+                raise TypeError(f"{op}: component {k} of queue '{self.name}': {e}") from None
+        self._check_static(out, op, many)
+        return out
+
+    def _check_static(self, ts: list[Tensor], op: str, many: bool) -> None:
+        """Shapes known at build time must be the declared ones (TF's ValueError)."""
+        firsts = set()
+        for k, (t, want) in enumerate(zip(ts, self.shapes)):
+            s = t.shape
+            if s is None:
+                continue
+            if many:
+                if not s:
+                    raise ValueError(f"{op}: component {k} is a scalar; enqueue_many needs a "
+                                     "first dimension to split into elements")
+                if s[0] is not None:
+                    firsts.add(s[0])
+                s = s[1:]
+            if want is not None and not (len(s) == len(want) and all(
+                    a is None or b is None or a == b for a, b in zip(s, want))):
+                raise ValueError(f"{op}: component {k} has {'elements of ' if many else ''}"
+                                 f"shape {shape_str(s)}, queue '{self.name}' holds "
+                                 f"{shape_str(want)}")
+        if len(firsts) > 1:
+            raise ValueError(f"{op}: the components have different first dimensions "
+                             f"{sorted(firsts)}; enqueue_many needs one element count")
+
+    def _enqueue(self, vals: Any, name: str, many: bool) -> Operation:
+        op = f"QueueEnqueueV2 '{self.handle.graph._scope}{name}'"
+        return apply("QueueEnqueueV2", [self.handle] + self._vals(vals, op, many), name=name,
+                     many=many, shapes=self.shapes)
 
     def enqueue(self, vals: Any, name: str | None = None) -> Operation:
-        return apply("QueueEnqueueV2", [self.handle] + self._vals(vals), name=name or "enqueue",
-                     many=False)
+        return self._enqueue(vals, name or "enqueue", False)
 
     def enqueue_many(self, vals: Any, name: str | None = None) -> Operation:
-        return apply("QueueEnqueueV2", [self.handle] + self._vals(vals),
-                     name=name or "enqueue_many", many=True)
+        """Enqueue `vals[k][i]` for every i: components split along their first dimension,
+        which must be the same for all."""
+        return self._enqueue(vals, name or "enqueue_many", True)
 
     def _dequeue(self, n: int | None, name: str) -> Any:
         out = apply("QueueDequeueV2", [self.handle], name=name, n=n, dtypes_=self.dtypes,
                     shapes=self.shapes)
+        return self._unpack(out)
+
+    @staticmethod
+    def _unpack(out: Any) -> Any:
         if isinstance(out, tuple) and len(out) == 1:
             return out[0]
         return list(out) if isinstance(out, tuple) else out
@@ -161,8 +273,21 @@ class FIFOQueue:
     def dequeue(self, name: str | None = None) -> Any:
         return self._dequeue(None, name or "dequeue")
 
-    def dequeue_many(self, n: int, name: str | None = None) -> Any:
-        return self._dequeue(int(n), name or "dequeue_many")
+    def dequeue_many(self, n: Any, name: str | None = None) -> Any:
+        """`n` elements, each component stacked; n an int, or a scalar int tensor."""
+        name = name or "dequeue_many"
+        what = f"QueueDequeueManyV2 '{self.handle.graph._scope}{name}'"
+        known = constant_value(n) if hasattr(n, "_as_tensor") or isinstance(n, Tensor) else n
+        if known is None:       # known only when the op runs
+            out = apply("QueueDequeueManyV2", [self.handle, n], name=name,
+                        dtypes_=self.dtypes, shapes=self.shapes)
+            return self._unpack(out)
+        if isinstance(known, (bool, np.bool_)) or np.ndim(known) != 0 or \
+                np.asarray(known).dtype.kind not in "iu":
+            raise TypeError(f"{what}: n must be an int or a scalar int tensor, got {n!r}")
+        if int(known) < 0:
+            raise ValueError(f"{what}: n must be >= 0, got {int(known)}")
+        return self._dequeue(int(known), name)
 
     def size(self, name: str | None = None) -> Tensor:
         return apply("QueueSizeV2", [self.handle], name=name or "size")

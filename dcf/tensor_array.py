@@ -6,19 +6,21 @@ from typing import Any
 
 from dcf import dtypes
 from dcf.errors import InvalidArgumentError
-from dcf.graph import Operation, Tensor, get_default_graph, shape_str
-from dcf.ops.registry import apply, convert_to_tensor
+from dcf.graph import Operation, Tensor, shape_str
+from dcf.ops.registry import apply, constant_value, convert_in, graph_of
 
 __all__ = ["TensorArray"]
 
 
 class _ShapeCell:
-    """Element shape known at build time, shared by every TensorArray object of one handle."""
+    """Element shape known at build time, shared by every TensorArray object of one handle,
+    and the array's size where it is a build-time constant and cannot grow."""
 
-    __slots__ = ("shape",)
+    __slots__ = ("shape", "size")
 
-    def __init__(self, shape: tuple | None) -> None:
+    def __init__(self, shape: tuple | None, size: int | None = None) -> None:
         self.shape = shape
+        self.size = size
 
 
 class TensorArray:
@@ -51,15 +53,16 @@ class TensorArray:
             size = 0
         eshape = None if element_shape is None else tuple(
             None if d is None or d == -1 else int(d) for d in element_shape)
-        g = get_default_graph()
-        with g.name_scope(name or "TensorArray") as scope:
+        g = graph_of([size])
+        with g.as_default(), g.name_scope(name or "TensorArray") as scope:
             self.name = scope.rstrip("/")
-            size_t = convert_to_tensor(size, dtype=dtypes.int32)
+            size_t = convert_in(size, g, dtypes.int32)
             self.handle, self.flow = apply(
                 "TensorArrayV3", [size_t], name="TensorArray", dtype=self.dtype,
                 dynamic_size=dynamic_size, clear_after_read=clear_after_read,
                 element_shape=eshape, infer_shape=infer_shape, ta_name=self.name)
-        self._cell = _ShapeCell(eshape)
+        known = None if dynamic_size else constant_value(size_t)
+        self._cell = _ShapeCell(eshape, None if known is None else int(known))
 
     # ------------------------------------------------------------ plumbing
     def _with_flow(self, flow: Tensor) -> TensorArray:
@@ -92,36 +95,48 @@ class TensorArray:
         return {"dtype": self.dtype, "element_shape": self._cell.shape}
 
     def _value(self, value: Any, what: str = "write", index: Any = None) -> Tensor:
-        v = convert_to_tensor(value, dtype=self.dtype) if not isinstance(value, Tensor) \
-            else value
+        at = "" if index is None else f" at index {_describe_index(index)}"
+        if isinstance(value, Tensor):
+            v = value
+        else:
+            try:
+                v = convert_in(value, self.handle.graph, self.dtype)
+            except TypeError as e:
+                raise TypeError(f"TensorArray '{self.name}' ({what}{at}): {e}") from None
         if v.dtype is not self.dtype:
-            at = "" if index is None else f" at index {_describe_index(index)}"
             raise TypeError(f"TensorArray '{self.name}' holds {self.dtype}, cannot write "
                             f"{v.dtype} ({what}{at})")
         return v
+
+    def _index(self, index: Any) -> Tensor:
+        return _index(index, self.handle.graph)
 
     # ------------------------------------------------------------- methods
     def write(self, index: Any, value: Any, name: str | None = None) -> TensorArray:
         """A TensorArray like this one with `value` at `index`."""
         v = self._value(value, "write", index)
         self._merge_shape(v.shape, "write")
-        flow = apply("TensorArrayWriteV3", [self.handle, _index(index), v, self.flow],
+        flow = apply("TensorArrayWriteV3", [self.handle, self._index(index), v, self.flow],
                      name=name or "TensorArrayWrite")
         return self._with_flow(flow)
 
     def read(self, index: Any, name: str | None = None) -> Tensor:
         """The value at `index` (an error if it was never written)."""
-        return apply("TensorArrayReadV3", [self.handle, _index(index), self.flow],
+        return apply("TensorArrayReadV3", [self.handle, self._index(index), self.flow],
                      name=name or "TensorArrayRead", **self._attrs())
 
     def stack(self, name: str | None = None) -> Tensor:
         """All elements stacked along a new first dimension."""
-        return apply("TensorArrayStack", [self.handle, self.flow], name=name or
-                     "TensorArrayStack", **self._attrs())
+        out = apply("TensorArrayStack", [self.handle, self.flow], name=name or
+                    "TensorArrayStack", **self._attrs())
+        if self._cell.size is not None and out.shape is not None:
+            # a fixed size known at build time is the stack's first dimension (as TF's)
+            out._refine_shape((self._cell.size,) + tuple(out.shape[1:]))
+        return out
 
     def gather(self, indices: Any, name: str | None = None) -> Tensor:
         """The elements at `indices`, stacked."""
-        return apply("TensorArrayGatherV3", [self.handle, _index(indices), self.flow],
+        return apply("TensorArrayGatherV3", [self.handle, self._index(indices), self.flow],
                      name=name or "TensorArrayGather", **self._attrs())
 
     def unstack(self, value: Any, name: str | None = None) -> TensorArray:
@@ -138,7 +153,7 @@ class TensorArray:
         v = self._value(value, "scatter")
         if v.shape is not None:
             self._merge_shape(tuple(v.shape[1:]), "scatter")
-        flow = apply("TensorArrayScatterV3", [self.handle, _index(indices), v, self.flow],
+        flow = apply("TensorArrayScatterV3", [self.handle, self._index(indices), v, self.flow],
                      name=name or "TensorArrayScatter")
         return self._with_flow(flow)
 
@@ -157,7 +172,8 @@ class TensorArray:
         handle, gflow = apply("TensorArrayGradV3", [self.handle, flow or self.flow],
                               name=name or "TensorArrayGrad", source=source)
         ta = TensorArray(self.dtype, dynamic_size=self.dynamic_size, clear_after_read=False,
-                         handle=handle, flow=gflow, _cell=_ShapeCell(self._cell.shape),
+                         handle=handle, flow=gflow,
+                         _cell=_ShapeCell(self._cell.shape, self._cell.size),
                          _ta_name=f"{self.name}@grad")
         return ta
 
@@ -177,8 +193,8 @@ def _describe_index(i: Any) -> str:
     return str(i)
 
 
-def _index(i: Any) -> Tensor:
-    t = convert_to_tensor(i, dtype=dtypes.int32) if not isinstance(i, Tensor) else i
+def _index(i: Any, graph: Any) -> Tensor:
+    t = convert_in(i, graph, dtypes.int32) if not isinstance(i, Tensor) else i
     if not t.dtype.is_integer:
         raise TypeError(f"TensorArray index must be an integer tensor, got {t.type}")
     return t

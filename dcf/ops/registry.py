@@ -114,20 +114,81 @@ def as_value(value: Any, dtype: dtypes.DType) -> Any:
     return arr
 
 
+def _changed_by_cast(value: Any, arr: Any, dt: dtypes.DType) -> bool:
+    """Whether converting `value` to `arr` (of `dt`) changed a value: a fractional or
+    non-finite float made an int, an int wrapped around, a number other than 0/1 made a
+    bool. Widening and float rounding (as TensorFlow allows) are not changes."""
+    if not (dt.is_integer or dt.is_bool):
+        return False
+    src = value if isinstance(value, (np.ndarray, np.generic)) else np.asarray(value)
+    kind = src.dtype.kind
+    if kind not in "iuf" or src.dtype == arr.dtype:
+        return False
+    if dt.is_bool:
+        return bool(np.any((src != 0) & (src != 1)))
+    with np.errstate(invalid="ignore", over="ignore"):
+        return not np.array_equal(np.asarray(arr).astype(src.dtype), src)
+
+
 def constant(value: Any, dtype: Any = None, name: str | None = None,
              shape: Any = None) -> Tensor:
-    """A tensor holding `value` (a Python scalar, nested list or numpy array)."""
-    dt = dtypes.as_dtype(dtype) if dtype is not None else dtypes.infer_dtype(value)
+    """A tensor holding `value` (a Python scalar, nested list or numpy array).
+
+    Python ints become int32, or int64 where a value does not fit int32. A conversion
+    to an explicit `dtype` that would change a value (2.5 to an int, 300 to a bool, an
+    int out of the dtype's range) is a TypeError, as in TensorFlow; use dcf.cast.
+    """
     if isinstance(value, Tensor):
         raise TypeError(f"constant() takes a Python or numpy value, got tensor {value.name}")
+    what = f"Const '{get_default_graph()._scope}{name or 'Const'}'"
     try:
-        v = as_value(value, dt)
-    except (TypeError, ValueError) as e:
-        raise TypeError(f"Const '{name or 'Const'}': cannot convert {value!r} to {dt}: {e}") \
-            from None
+        if dtype is None:
+            dt = dtypes.infer_dtype(value)
+            v = as_value(value, dt)
+        else:
+            dt = dtypes.as_dtype(dtype)
+            with np.errstate(invalid="ignore", over="ignore"):  # checked just below
+                v = as_value(value, dt)
+    except (TypeError, ValueError, OverflowError) as e:
+        to = "" if dtype is None else f" to {dtypes.as_dtype(dtype)}"
+        raise TypeError(f"{what}: cannot convert {_short(value)}{to}: {e}") from None
+    if _changed_by_cast(value, v, dt):
+        raise TypeError(f"{what}: converting {_short(value)} to {dt} would change its value; "
+                        "pass values of that dtype, or convert explicitly with dcf.cast")
     if shape is not None:
         v = as_value(np.broadcast_to(np.asarray(v), tuple(shape)), dt)
     return apply("Const", [], name=name or "Const", value=v, dtype=dt)
+
+
+def _short(value: Any) -> str:
+    r = repr(value)
+    return r if len(r) <= 80 else r[:77] + "..."
+
+
+def graph_of(values: Any) -> Graph:
+    """The graph of the first tensor-like value among `values` (a Tensor, a Variable or a
+    TensorArray), else the default graph: the graph an op or construct built from them
+    belongs in, as TensorFlow's name_scope(name, default, values) chooses it."""
+    for x in values:
+        if isinstance(x, Tensor):
+            return x.graph
+        if getattr(x, "_is_tensor_array", False):
+            return x.handle.graph
+        if getattr(x, "_as_tensor", None) is not None:
+            g = getattr(x, "graph", None)
+            if isinstance(g, Graph):
+                return g
+    return get_default_graph()
+
+
+def convert_in(value: Any, graph: Graph, dtype: Any = None) -> Tensor:
+    """convert_to_tensor, with a Python or numpy value made a Const of `graph`."""
+    if isinstance(value, Tensor):
+        return convert_to_tensor(value, dtype)
+    if graph is get_default_graph():
+        return convert_to_tensor(value, dtype)
+    with graph.as_default():
+        return convert_to_tensor(value, dtype)
 
 
 def convert_to_tensor(value: Any, dtype: Any = None, name: str | None = None) -> Tensor:
@@ -173,18 +234,13 @@ def apply(op_type: str, inputs: list, name: str | None = None, *,
     opdef = OPS.get(op_type)
     if opdef is None:
         raise KeyError(f"no op type {op_type!r} is registered")
-    g = graph
-    if g is None:
-        for x in inputs:
-            if isinstance(x, Tensor):
-                g = x.graph
-                break
-        else:
-            g = get_default_graph()
-    tensors = [x if isinstance(x, Tensor) else convert_to_tensor(x) for x in inputs]
+    g = graph if graph is not None else graph_of(inputs)
+    tensors = [x if isinstance(x, Tensor) else convert_in(x, g) for x in inputs]
     for t in tensors:
         if t.graph is not g:
-            raise ValueError(f"{op_type} '{name or op_type}': input {t.name} is from another graph")
+            raise ValueError(
+                f"{op_type} '{g._scope}{name or op_type}': input '{t.name}' is from another "
+                "graph than the op's other inputs; build all of an op's inputs in one graph")
     ctx = g._ctx
     if ctx is not None:
         if op_type in SHAPE_ONLY_OPS and tensors:

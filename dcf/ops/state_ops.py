@@ -11,7 +11,7 @@ from dcf import dtypes
 from dcf.errors import InvalidArgumentError
 from dcf.graph import Operation, Tensor, TensorType, get_default_graph
 from dcf.ops.registry import (
-    OpDef, apply, constant_value, convert_to_tensor, not_differentiable, register,
+    OpDef, apply, constant_value, convert_in, convert_to_tensor, not_differentiable, register,
 )
 
 __all__ = ["Variable", "global_variables_initializer", "trainable_variables",
@@ -299,8 +299,8 @@ def apply_adam(var: Variable, m: Variable, v: Variable, lr: Any, grad: Any, beta
                beta2: float, epsilon: float, name: str | None = None) -> Tensor:
     """Adam's update of `var` with moment Variables m and v and bias-corrected rate lr
     (see _apply_adam_kernel); returns var's new value."""
-    grad = convert_to_tensor(grad, dtype=var.dtype)
-    lr = convert_to_tensor(lr, dtype=var.dtype)
+    grad = convert_in(grad, var.graph, var.dtype)
+    lr = convert_in(lr, var.graph, var.dtype)
     return apply("ResourceApplyAdam", [var.handle, m.handle, v.handle, lr, grad],
                  name=name or f"{_leaf(var.name)}/ApplyAdam", beta1=float(beta1),
                  beta2=float(beta2), epsilon=float(epsilon), dtype=var.dtype)
@@ -460,7 +460,11 @@ class Variable:
         return self.handle.op
 
     def _assign(self, type_: str, x: Any, name: str) -> Tensor:
-        x = convert_to_tensor(x, dtype=self.dtype)
+        try:
+            # a Python value becomes a Const of the variable's graph, whichever is default
+            x = convert_in(x, self.graph, self.dtype)
+        except TypeError as e:
+            raise TypeError(f"{type_} '{name}' of variable '{self.name}': {e}") from None
         _check_static_shape(self, type_, x.shape, name)
         return apply(type_, [self.handle, x], name=name, dtype=self.dtype, shape=self.shape)
 
@@ -543,7 +547,7 @@ def scatter_add(ref: Variable, indices: Any, updates: Any, name: str | None = No
 
 
 def _scatter(ref: Variable, indices: Any, updates: Any, mode: str, name: str) -> Tensor:
-    updates = convert_to_tensor(updates, dtype=ref.dtype)
+    updates = convert_in(updates, ref.graph, ref.dtype)
     return apply("ResourceScatter", [ref.handle, indices, updates], name=name, dtype=ref.dtype,
                  mode=mode, shape=ref.shape)
 
