@@ -402,11 +402,29 @@ def _switch(ex: Executor, node: NodeInfo, ist: IterState) -> bool:
     data, pred = ist.slots[b], ist.slots[b + 1]
     if data is DEAD or pred is DEAD or (ist.dead is not None and node.local in ist.dead):
         ex._propagate(node, (DEAD, DEAD), ist, True)
-    elif pred:
+        return True
+    if type(pred) is not _BOOL and getattr(pred, "ndim", 0):
+        try:
+            check_pred(pred)
+        except InvalidArgumentError as e:
+            raise ex._error(node, ist, e) from None
+    if pred:
         ex._propagate(node, (DEAD, data), ist, False)
     else:
         ex._propagate(node, (data, DEAD), ist, False)
     return True
+
+
+_BOOL = np.bool_
+
+
+def check_pred(pred: Any) -> None:
+    """A Switch's predicate must be a scalar (as in TF): the truth of [True, False], of
+    [] or of [True] is no choice of branch (nor numpy's ValueError an op error)."""
+    if getattr(pred, "ndim", 0):
+        raise InvalidArgumentError(
+            f"the predicate must be a scalar bool, but it has shape {list(pred.shape)} "
+            "(reduce it: dcf.reduce_all / dcf.reduce_any, or index one element)")
 
 
 def _merge(ex: Executor, node: NodeInfo, ist: IterState) -> bool:

@@ -16,12 +16,14 @@ import itertools
 import re
 import sys
 import time
+import weakref
 from typing import Any
 
 import numpy as np
 
 from dcf.dtypes import NUMPY_SCALARS
 from dcf.errors import InvalidArgumentError, node_error
+from dcf.executor import check_pred
 from dcf.ops.data_ops import StackStore
 from dcf.ops.registry import Kind
 from dcf.plan import TRANSFER, ExecPlan, FrameInfo, NodeInfo
@@ -151,9 +153,10 @@ class _Codegen:
         self.dead_entry = dead_entry
         self.lines: list[str] = []
         self.line_node: dict[int, tuple[NodeInfo, str]] = {}
+        self.yield_sites: dict[int, tuple[str, str]] = {}   # line -> (frame, counter)
         self.env: dict[str, Any] = {"DEAD": DEAD, "_I0": _INT0, "_I1": _INT1,
                                     "_pc": time.perf_counter, "_YIELD_S": _YIELD_S,
-                                    "_err": InvalidArgumentError}
+                                    "_err": InvalidArgumentError, "_chkp": check_pred}
         self.mayd: dict[tuple[int, int], bool] = {}
         self.node_dead: dict[int, str | None] = {}
         self.fuse_root: dict[int, tuple] = {}   # elementwise GPU trees (one kernel each)
@@ -275,6 +278,7 @@ class _Codegen:
         exec(code, ns)
         gen_fn = ns["frame"]
         line_node = self.line_node
+        _register_yields(gen_fn, fname, self.yield_sites)
         return _with_errors(gen_fn, fname, line_node)
 
     def build_root(self) -> Any:
@@ -302,6 +306,7 @@ class _Codegen:
         fname = f"<dcf root #{next(_counter)}>"
         ns: dict[str, Any] = dict(self.env)
         exec(compile(src, fname, "exec"), ns)
+        _register_yields(ns["root"], fname, self.yield_sites)
         return _with_errors(ns["root"], fname, self.line_node)
 
     def plan_early_fetches(self, root: FrameInfo) -> None:
@@ -441,6 +446,7 @@ class _Codegen:
         self.emit(b + 1, "_n = _N; _last = _now")
         self.emit(b + 1, "if _now > _deadline:")
         self.emit(b + 2, "yield")
+        self.yield_sites[len(self.lines)] = (f.name, itv)
         self.emit(b + 2, "_deadline = _pc() + _YIELD_S")
         held = self.held.pop(itv)
         if held:
@@ -807,6 +813,7 @@ class _Codegen:
             self.rt_read(src, k)
         stack: list = []     # open blocks: [literal, escapes, first line]
         captures: list = []  # Exits with known guards: captured after the body
+        checked: set = set()  # (predicate, guard) checked to be a scalar (check_pred)
         for what, n, info in plan:
             if what == "skip":
                 continue
@@ -849,12 +856,20 @@ class _Codegen:
                 continue
             if what == "switch":
                 ks = [k for k in (0, 1) if (n.id, k) in self.esc_val]
-                if not ks and n.id not in self.esc_flag:
+                check = not _scalar_pred(n)
+                if not ks and n.id not in self.esc_flag and not check:
                     continue
                 self.goto(stack, info, d)
                 e = d + len(stack)
                 (dsrc, dk), (psrc, pk) = self.inputs(n)
                 data, pred = self.kval(dsrc, dk), self.kval(psrc, pk)
+                if check and (pred, info) not in checked:
+                    # before any block tests it (the nodes it guards come after it); once
+                    # per predicate and guard (a loop's Switches share one)
+                    checked.add((pred, info))
+                    self.emit(e, f"_chkp({pred})", n, itv)
+                    if not ks and n.id not in self.esc_flag:
+                        continue
                 for k in ks:
                     self.emit(e, f"v{n.id}_{k} = {data} if {pred} else DEAD" if k else
                               f"v{n.id}_{k} = DEAD if {pred} else {data}")
@@ -1111,6 +1126,8 @@ class _Codegen:
         maybe_dead = bool(dead_terms)
         if n.kind == Kind.SWITCH:
             data, pred = args
+            if not _scalar_pred(n):
+                self.emit(d, f"_chkp({pred})", n, itv)     # (DEAD passes)
             if maybe_dead:
                 self.emit(d, f"if {' or '.join(dead_terms)}:")
                 self.emit(d + 1, f"{outs[0]} = {outs[1]} = DEAD; d{n.id} = True")
@@ -1300,12 +1317,55 @@ def _contradicts(g: tuple) -> bool:
     return False
 
 
+def _scalar_pred(n: NodeInfo) -> bool:
+    """Whether Switch n's predicate is statically a scalar (its value then is one: fed
+    values are checked against their placeholder's shape), so that the generated code
+    need not check it at run time (check_pred)."""
+    op = n.op
+    inputs = getattr(op, "inputs", None)   # (a worker's RemoteOp knows no inputs: check)
+    if inputs is None or getattr(op, "type", None) != "Switch" or len(inputs) != 2:
+        return False
+    t = inputs[1]
+    while t.op.type == "LoopCond" and t.op.inputs:
+        t = t.op.inputs[0]      # (LoopCond's static shape is () whatever its input's)
+    shape = getattr(t, "shape", None)
+    return shape is not None and len(shape) == 0
+
+
 def _all_exits(g: FrameInfo) -> list[NodeInfo]:
     return list(g.exits)
 
 
 class _NotCompilable(Exception):
     pass
+
+
+# generated code's file name -> {line of a loop's yield: (frame name, its counter)}
+_YIELD_SITES: dict[str, dict[int, tuple[str, str]]] = {}
+
+
+def _register_yields(gen_fn: Any, fname: str, sites: dict) -> None:
+    if sites:
+        _YIELD_SITES[fname] = sites
+        weakref.finalize(gen_fn, _YIELD_SITES.pop, fname, None)
+
+
+def where_suspended(gen: Any) -> str | None:
+    """Where a compiled run that yielded stands, for an error that stops it there (a
+    deadline): "while_loop frame 'F' before iteration N" (the innermost loop; its
+    iterations yield at their end, after the counter's increment), or None."""
+    g, hit = gen, None
+    while g is not None:
+        frame = getattr(g, "gi_frame", None)
+        if frame is not None:
+            sites = _YIELD_SITES.get(frame.f_code.co_filename)
+            site = sites.get(frame.f_lineno) if sites else None
+            if site is not None:
+                hit = (site[0], frame.f_locals.get(site[1]))
+        g = getattr(g, "gi_yieldfrom", None)
+    if hit is None:
+        return None
+    return f"while_loop frame '{hit[0]}' before iteration {hit[1]}"
 
 
 def _with_errors(gen_fn: Any, fname: str, line_node: dict) -> Any:

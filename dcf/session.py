@@ -10,6 +10,7 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any, Iterator
 
 import numpy as np
@@ -86,6 +87,37 @@ class SessionConfig:
     fuse_devices: bool = True
     intra_op_threads: int | None = 1  # BLAS threads (process-wide; None leaves it alone)
 
+    def __post_init__(self) -> None:
+        def number(name: str, v: Any) -> bool:
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.number)):
+                raise TypeError(f"SessionConfig({name}=...) takes a number, got {v!r}")
+            return True
+
+        lim = self.gpu_memory_limit
+        if lim is not None and number("gpu_memory_limit", lim) and not lim > 0:
+            raise ValueError(f"SessionConfig(gpu_memory_limit={lim!r}): give a number of "
+                             "bytes > 0, or None for no limit")
+        number("swap_threshold", self.swap_threshold)
+        if not 0.0 <= self.swap_threshold <= 1.0:
+            # (0 swaps saved loop values from the start)
+            raise ValueError(f"SessionConfig(swap_threshold={self.swap_threshold!r}): it is "
+                             "a fraction of gpu_memory_limit, in [0, 1]")
+        number("heartbeat_timeout_s", self.heartbeat_timeout_s)
+        if not self.heartbeat_timeout_s > 0:
+            raise ValueError(f"SessionConfig(heartbeat_timeout_s="
+                             f"{self.heartbeat_timeout_s!r}): give seconds > 0")
+        for name in ("compile_frames", "fuse_devices"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise TypeError(f"SessionConfig({name}=...) takes True or False, got "
+                                f"{getattr(self, name)!r}")
+        n = self.intra_op_threads
+        if n is not None and (isinstance(n, bool) or not isinstance(n, (int, np.integer))):
+            raise TypeError(f"SessionConfig(intra_op_threads=...) takes an int or None, "
+                            f"got {n!r}")
+        if n is not None and n < 1:
+            raise ValueError(f"SessionConfig(intra_op_threads={n!r}): give a number of "
+                             "threads >= 1, or None to leave BLAS's setting alone")
+
 
 @dataclass
 class _RunPlan:
@@ -110,6 +142,11 @@ class AsyncSession:
 
     def __init__(self, graph: Graph | None = None, cluster: Any = None,
                  config: SessionConfig | None = None) -> None:
+        if graph is not None and not isinstance(graph, Graph):
+            raise TypeError(f"Session(graph=...) takes a dcf.Graph, got {_short(graph)}")
+        if config is not None and not isinstance(config, SessionConfig):
+            raise TypeError(f"Session(config=...) takes a dcf.SessionConfig, got "
+                            f"{_short(config)}")
         self.graph = graph or get_default_graph()
         self.cluster = cluster
         self.config = config or SessionConfig()
@@ -229,6 +266,7 @@ class AsyncSession:
         """Run the graph to compute `fetches`; returns numpy values in their structure."""
         if self._closed:
             raise RuntimeError("this session is closed")
+        _check_run_args(feed_dict, options, run_metadata)
         if self.cluster is not None and not self.cluster._io.in_loop():
             if self.cluster._closed:
                 raise RuntimeError("this session's cluster is closed")
@@ -312,7 +350,7 @@ class AsyncSession:
         fed_value = dict(zip(feed_tensors, feed_values))
         for i, t in enumerate(targets):
             if isinstance(t, Tensor) and t in fed_value:
-                values[i] = fed_value[t]  # a fed tensor's value is what was fed
+                values[i] = _to_numpy(fed_value[t])  # a fed tensor's value is what was fed
         for ex, (dev, plan, _, fetch_idx) in zip(exs, parts):
             check_fetches(ex, [targets[k].name for k in fetch_idx])
             for local, k in enumerate(fetch_idx):
@@ -330,6 +368,7 @@ class AsyncSession:
         single function (nothing to wait for); returns NOT_INLINE otherwise."""
         if self._closed:
             raise RuntimeError("this session is closed")
+        _check_run_args(feed_dict, options, run_metadata)
         options = options or RunOptions()
         if options.trace or not self.config.compile_frames or self.cluster is not None:
             return NOT_INLINE
@@ -377,7 +416,7 @@ class AsyncSession:
         for t, v in zip(feed_tensors, feed_values):
             for i, target in enumerate(targets):
                 if target is t:
-                    values[i] = v
+                    values[i] = _to_numpy(v)
         for local, k in enumerate(fetch_idx):
             v = results[local]
             if v is DEAD:
@@ -397,7 +436,16 @@ class AsyncSession:
         try:
             while True:
                 next(gen)  # it yields every few ms: the moment to check the deadline
-                check()
+                try:
+                    check()
+                except DeadlineExceededError as e:
+                    # (where the run stood: known now, cheaply, from the suspended code)
+                    from dcf.frame_compiler import where_suspended
+
+                    where = where_suspended(gen)
+                    if where is None:
+                        raise
+                    raise DeadlineExceededError(f"{e} (it stopped in {where})") from None
         except StopIteration as stop:
             return stop.value
         finally:
@@ -435,7 +483,7 @@ class AsyncSession:
         fed_value = dict(zip(feed_tensors, feed_values))
         for i, t in enumerate(targets):
             if isinstance(t, Tensor) and t in fed_value:
-                values[i] = fed_value[t]
+                values[i] = _to_numpy(fed_value[t])  # a fed tensor's value is what was fed
         for ex, (dev, plan, _, fetch_idx) in zip(exs, rp.parts):
             check_fetches(ex, [targets[k].name for k in fetch_idx])
             for local, k in enumerate(fetch_idx):
@@ -446,7 +494,7 @@ class AsyncSession:
             if v is DEAD:
                 raise InvalidArgumentError(
                     f"fetch {targets[k].name} is dead: it lies on a branch that was not taken")
-            values[k] = v
+            values[k] = _to_numpy(v)    # (a received array is read-only: the caller's copy)
         if run_metadata is not None:
             if options.trace:
                 run_metadata.trace.extend(st.trace)
@@ -554,6 +602,24 @@ def _flatten_fetches(fetches: Any, graph: Graph) -> tuple[list, Any]:
     return targets, fetches
 
 
+def _short(x: Any) -> str:
+    r = repr(x)
+    return f"{type(x).__name__} {r if len(r) <= 60 else r[:57] + '...'}"
+
+
+def _check_run_args(feed_dict: Any, options: Any, run_metadata: Any) -> None:
+    """TypeError for run arguments of the wrong kind (before they fail somewhere deep)."""
+    if feed_dict is not None and type(feed_dict) is not dict and \
+            not isinstance(feed_dict, Mapping):
+        raise TypeError(f"run(feed_dict=...) takes a dict {{tensor: value}}, got "
+                        f"{_short(feed_dict)}")
+    if options is not None and not isinstance(options, RunOptions):
+        raise TypeError(f"run(options=...) takes a dcf.RunOptions, got {_short(options)}")
+    if run_metadata is not None and not isinstance(run_metadata, RunMetadata):
+        raise TypeError(f"run(run_metadata=...) takes a dcf.RunMetadata, got "
+                        f"{_short(run_metadata)}")
+
+
 def _convert_feeds(feed_dict: dict | None, graph: Graph) -> tuple[list, list]:
     tensors, values = [], []
     for k, v in (feed_dict or {}).items():
@@ -563,6 +629,11 @@ def _convert_feeds(feed_dict: dict | None, graph: Graph) -> tuple[list, list]:
             raise TypeError("feed a Variable by assigning to it, not through feed_dict")
         if not isinstance(k, Tensor):
             raise TypeError(f"feed_dict keys must be tensors, got {k!r}")
+        if k.graph is not graph:
+            # (as TF: a tensor of another graph is no key of this one, not one to ignore)
+            raise TypeError(f"Cannot interpret feed_dict key as Tensor: {k.op.type} "
+                            f"'{k.op.name}' ({k.name}) is not an element of this session's "
+                            "graph")
         if _output_frame(k.op) is not None:
             raise InvalidArgumentError(f"cannot feed '{k.name}': it lives inside a loop frame")
         try:

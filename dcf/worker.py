@@ -408,10 +408,14 @@ class WorkerHost:
                  msgpack.packb(events, use_bin_type=True, default=_plain) if trace else None)
         except asyncio.CancelledError:
             pass  # aborted by the client: it already knows
-        except Exception as e:
+        except BaseException as e:
+            # any failure is answered (a step that goes silent hangs the client's run):
+            # also one that is not an Exception; one that ends the process still does
             log.debug("worker %s: step %s failed", self.name, step, exc_info=True)
             if c.name in self.clients:
                 send(c.name, error_to_msg(step, e))
+            if isinstance(e, (KeyboardInterrupt, SystemExit)):
+                raise
         finally:
             self.steps.pop(step, None)
             c.steps.discard(step)
@@ -480,6 +484,18 @@ def _plain(obj: Any) -> Any:
 
 
 # ------------------------------------------------------------------- main
+def _own_process() -> None:
+    """In a process that is a worker and nothing else: a py_func's KeyboardInterrupt is
+    its own (SIGINT stops the worker through the loop's handler), so it fails its op
+    instead of ending the process (dcf/ops/data_ops.py, _call_py_func)."""
+    from dcf.ops import data_ops
+
+    data_ops.KEEP_KEYBOARD_INTERRUPT = False
+
+
+_client_gone = threading.Event()   # set when stdin closed: the starting client has gone
+
+
 def _watch_stdin(loop: asyncio.AbstractEventLoop, host: WorkerHost) -> None:
     """Stop when stdin closes: the client that started this worker has gone."""
     try:
@@ -487,7 +503,30 @@ def _watch_stdin(loop: asyncio.AbstractEventLoop, host: WorkerHost) -> None:
             pass
     except OSError:
         pass
+    _client_gone.set()
     loop.call_soon_threadsafe(host.stop)
+
+
+def _remove_ipc_files(bind: str, client_address: str) -> None:
+    """A `Cluster.local` worker bound in the cluster's private socket folder (ipc): its
+    socket goes as it stops, and, when its client has gone (killed: its own cleanup never
+    ran), the client's socket too; then the folder, which only the last one to stop finds
+    empty. (/tmp would otherwise keep a dcf-cluster-* folder per killed client.)"""
+    if not bind.startswith("ipc://"):
+        return
+    path = bind[len("ipc://"):]
+    folder = os.path.dirname(path)
+    if not os.path.basename(folder).startswith("dcf-cluster-"):
+        return
+    paths = [path]
+    if _client_gone.is_set() and client_address.startswith("ipc://") and \
+            os.path.dirname(client_address[len("ipc://"):]) == folder:
+        paths.append(client_address[len("ipc://"):])
+    for p in paths:
+        with contextlib.suppress(OSError):
+            os.unlink(p)
+    with contextlib.suppress(OSError):
+        os.rmdir(folder)     # (not empty: another worker still runs; it removes it)
 
 
 async def _watch_parent(host: WorkerHost, ppid: int) -> None:
@@ -516,6 +555,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated CPU ids to pin this worker (and its I/O thread) to")
     ap.add_argument("--log-level", default=os.environ.get("DCF_WORKER_LOG", "WARNING"))
     args = ap.parse_args(argv)
+    _own_process()
     if args.cpus:
         # Before any thread starts: libzmq's I/O thread inherits the mask, so its
         # hand-offs with this thread are same-CPU wake-ups (far cheaper than cross-CPU
@@ -580,6 +620,8 @@ def main(argv: list[str] | None = None) -> int:
         loop.run_until_complete(run())
     finally:
         loop.close()
+        if client is not None:
+            _remove_ipc_files(bind, client[1])
         if prof is not None:
             prof()
     return 0
@@ -615,6 +657,7 @@ def ray_worker_class(ray: Any) -> Any:
                      loopback: bool) -> None:
             from dcf.actors.remote import LoopThread
 
+            _own_process()
             ip = "127.0.0.1" if loopback else ray.util.get_node_ip_address()
             if ":" in ip:
                 ip = f"[{ip}]"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import sys
 from typing import Any, Callable
@@ -385,15 +386,37 @@ not_differentiable("TensorArraySizeV3", "TensorArrayV3")  # GradV3: autodiff/ten
 
 
 # ------------------------------------------------------------------- py_func
+# Whether a KeyboardInterrupt raised in a py_func reaches the caller as it is (in the
+# client's process: Ctrl-C during a py_func stops the run, as Python's Ctrl-C does). A
+# worker process sets it False: there a KeyboardInterrupt can only be the function's own
+# (the worker takes SIGINT itself), and, raised as it is, it would end the worker.
+KEEP_KEYBOARD_INTERRUPT = True
+
+
 def _call_py_func(fn: Callable[..., Any], args: tuple, fn_name: str) -> Any:
     """fn(*args), its StopIteration an OutOfRangeError (as TF's py_func: an exhausted
     iterator ends the input). Raised as it is, StopIteration would end the generator
-    a compiled frame runs in (a bare RuntimeError naming no op)."""
+    a compiled frame runs in (a bare RuntimeError naming no op). Any other exception that
+    is not an Exception (SystemExit, GeneratorExit, a library's own BaseException) becomes
+    an InvalidArgumentError, which the executor locates (op, frame, iteration), as TF
+    turns every Python error of a py_func into an op error: raised as it is, it would
+    pass every `except Exception` on its way and end the worker or the event loop that
+    runs the step. Only asyncio's cancellation passes (and KeyboardInterrupt in the
+    client's process, KEEP_KEYBOARD_INTERRUPT)."""
     try:
         return fn(*args)
     except StopIteration as e:
         raise OutOfRangeError(f"py_func {fn_name} raised StopIteration"
                               f"{': ' + str(e) if str(e) else ''}") from None
+    except Exception:
+        raise
+    except BaseException as e:
+        if isinstance(e, asyncio.CancelledError) or (
+                isinstance(e, KeyboardInterrupt) and KEEP_KEYBOARD_INTERRUPT):
+            raise
+        detail = str(e)
+        raise InvalidArgumentError(f"py_func {fn_name} raised {type(e).__name__}"
+                                   f"{': ' + detail if detail else ''}") from e
 
 
 def _py_func_kernel(xp, *args, fn, tout, stateful, fn_name):
@@ -402,7 +425,14 @@ def _py_func_kernel(xp, *args, fn, tout, stateful, fn_name):
 
 def _py_func_outputs(result: Any, tout: list, fn_name: str) -> Any:
     """fn's result as the op's outputs: None is no outputs (Tout=[]), and an error
-    where Tout declares some (a missing return, not a NaN)."""
+    where Tout declares some (a missing return, not a NaN).
+
+    Each output is a copy, as TF's: fn may return its own buffer (an environment's
+    state) and change it on its next call, and what the op produced must not change
+    with it (nor fn's state when a consumer or the caller writes to a fetched value).
+    A conversion to Tout that would change a value (2.7 to an int32, 2**40 to an
+    int32, 2 to a bool) is an error; exact ones (2.0 to an int32) and float rounding
+    (float64 to float32) are not."""
     if result is None:
         if not tout:
             return ()
@@ -416,31 +446,66 @@ def _py_func_outputs(result: Any, tout: list, fn_name: str) -> Any:
     conv = []
     for k, (v, dt) in enumerate(zip(outs, tout)):
         try:
-            arr = np.asarray(v, dtype=dt.np)
-        except (TypeError, ValueError) as e:
+            src = v if isinstance(v, (np.ndarray, np.generic)) else np.asarray(v)
+            with np.errstate(invalid="ignore", over="ignore"):   # checked just below
+                arr = np.array(src, dtype=dt.np)      # (a copy, always)
+        except (TypeError, ValueError, OverflowError) as e:
             raise InvalidArgumentError(
                 f"py_func {fn_name} output {k} ({type(v).__name__}) cannot be converted to "
                 f"{dt}: {e}") from e
+        if _cast_changes(src, arr, dt):
+            raise InvalidArgumentError(
+                f"py_func {fn_name} output {k} is {src.dtype}, but Tout declares {dt}, and "
+                f"converting it would change its value ({_short(src)}); return values of "
+                f"that dtype")
         conv.append(arr[()] if arr.ndim == 0 else arr)
     return conv[0] if len(conv) == 1 else tuple(conv)
 
 
+def _cast_changes(src: np.ndarray | np.generic, arr: np.ndarray, dt: dtypes.DType) -> bool:
+    """Whether `arr` (src converted to the integer or bool `dt`) lost a value of src."""
+    if not (dt.is_integer or dt.is_bool) or src.dtype == arr.dtype or \
+            src.dtype.kind not in "biuf":
+        return False
+    if dt.is_bool:
+        return bool(np.any((src != 0) & (src != 1)))
+    with np.errstate(invalid="ignore", over="ignore"):
+        return not np.array_equal(arr.astype(src.dtype), src)
+
+
+def _short(v: Any) -> str:
+    r = np.array2string(np.asarray(v), threshold=6)
+    return r if len(r) <= 60 else r[:57] + "..."
+
+
 def _bind_py_func(xp, *, fn, tout, stateful, fn_name):
     """The kernel with a fast path for results that already are what np.asarray would
-    make of them (an ndarray of the declared dtype, or a numpy scalar of it)."""
+    make of them (an ndarray of the declared dtype, or a numpy scalar of it): an array is
+    copied (see _py_func_outputs), a numpy scalar is immutable."""
     nps = tuple(dt.np for dt in tout)
     scalar_types = tuple(npd.type for npd in nps)
     n = len(tout)
     ndarray = np.ndarray
+    npd0 = nps[0] if n == 1 else None
+    st0 = scalar_types[0] if n == 1 else None
 
     def py_func(*args):
         result = _call_py_func(fn, args, fn_name)
-        if type(result) is tuple and len(result) == n:
+        t = type(result)
+        if n == 1:
+            # fast path: one output, returned bare
+            if t is st0:
+                return result
+            if t is ndarray and result.dtype == npd0 and result.ndim:
+                return result.copy()
+        if t is tuple and len(result) == n:
             conv = []
             for v, npd, st in zip(result, nps, scalar_types):
                 t = type(v)
-                if t is st or (t is ndarray and v.dtype == npd and v.ndim):
-                    conv.append(v)  # np.asarray(v, npd) is v (or equals it: a scalar)
+                if t is st:
+                    conv.append(v)
+                elif t is ndarray and v.dtype == npd and v.ndim:
+                    conv.append(v.copy())
                 else:
                     break
             else:
