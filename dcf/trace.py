@@ -6,6 +6,7 @@ in seconds from time.perf_counter; GPU devices add a track per stream.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 __all__ = ["to_chrome_trace", "plot"]
@@ -36,20 +37,31 @@ def to_chrome_trace(events: list) -> dict:
 
 
 def plot(run_metadata: Any, path: str, *, title: str | None = None) -> str:
-    """Draw the timeline of `run_metadata.trace` as a PNG (needs matplotlib)."""
-    import matplotlib
+    """Draw the timeline of `run_metadata.trace` as a PNG (needs matplotlib); another
+    extension of `path` (.svg, .pdf) picks that format, and a path without one gets
+    ".png" added. Returns the path written.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    The figure is a `matplotlib.figure.Figure` on its own Agg canvas: pyplot's backend,
+    its current figure and the caller's open figures are left alone (a notebook's inline
+    backend keeps working)."""
+    from matplotlib import colormaps
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
     events = run_metadata.trace if hasattr(run_metadata, "trace") else run_metadata
     if not events:
         raise ValueError("the run metadata holds no trace; run with RunOptions(trace=True)")
+    if isinstance(path, (str, os.PathLike)):      # (a file object is written as a PNG)
+        path = os.fspath(path)
+        if not os.path.splitext(path)[1]:
+            path += ".png"                           # what savefig would write; say so
     t_origin = min(e[5] for e in events)
     tracks = sorted({(e[0], e[7] if len(e) > 7 else "compute") for e in events})
     row = {t: i for i, t in enumerate(tracks)}
-    fig, ax = plt.subplots(figsize=(12, 1 + 0.6 * len(tracks)))
-    colors = plt.get_cmap("tab20")
+    fig = Figure(figsize=(12, 1 + 0.6 * len(tracks)))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    colors = colormaps["tab20"]
     types = sorted({e[2] for e in events})
     for e in events:
         r = row[(e[0], e[7] if len(e) > 7 else "compute")]
@@ -61,5 +73,4 @@ def plot(run_metadata: Any, path: str, *, title: str | None = None) -> str:
     ax.set_title(title or f"{len(events)} op executions")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
-    plt.close(fig)
     return path

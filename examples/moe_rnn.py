@@ -274,20 +274,42 @@ class Progress:
             self.bar.close()
 
 
+def format_floats(values: Any, digits: int = 2) -> str:
+    """[49.15, 16.86] for a float32 vector: rounded in decimal, not float32 noise
+    such as 49.150001525878906."""
+    return "[" + ", ".join(f"{float(v):.{digits}f}" for v in np.ravel(values)) + "]"
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (a clear error for 0, negatives and non-integers)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer (>= 1), got {value}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--steps", type=int, default=200, help="training steps")
-    p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--seq", type=int, default=8, help="sequence length (time steps)")
-    p.add_argument("--units", type=int, default=16)
-    p.add_argument("--experts", type=int, default=4)
-    p.add_argument("--top-k", type=int, default=2)
-    p.add_argument("--devices", type=int, default=2,
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=positive_int, default=200, help="training steps")
+    p.add_argument("--batch", type=positive_int, default=16)
+    p.add_argument("--seq", type=positive_int, default=8, help="sequence length (time steps)")
+    p.add_argument("--units", type=positive_int, default=16)
+    p.add_argument("--experts", type=positive_int, default=4)
+    p.add_argument("--top-k", type=positive_int, default=2,
+                   help="experts chosen per example (at most --experts)")
+    p.add_argument("--devices", type=positive_int, default=2,
                    help="in-process devices /cpu:0 ... /cpu:N-1 for the experts")
     p.add_argument("--workers", type=int, default=0,
                    help="place the experts on N worker processes (needs dcf.Cluster)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
+    if args.workers < 0:
+        p.error(f"argument --workers: must be 0 or more, got {args.workers}")
+    if args.top_k > args.experts:
+        p.error(f"argument --top-k: at most --experts ({args.experts}), got {args.top_k}")
 
     cluster = None
     if args.workers:
@@ -328,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"mse: first step {mses[0]:.4f}, mean of the last {min(10, len(mses))} steps "
           f"{np.mean(mses[-10:]):.4f}")
     print(f"expert importance (summed gates over a batch and all time steps): "
-          f"{np.round(imp, 2).tolist()}")
+          f"{format_floats(imp)}")
     print(f"ACT ponder steps per time step: {ps.tolist()}")
     return 0
 

@@ -118,12 +118,24 @@ def build(env: CartPole, *, hidden: int = 32, lr: float = 0.003, gamma: float = 
             "actions": act_ta.stack(), "rewards": rewards, "advantages": adv}
 
 
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (a clear error for 0, negatives and non-integers)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer (>= 1), got {value}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--episodes", type=int, default=300)
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--episodes", type=positive_int, default=300)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--lr", type=float, default=0.003)
-    p.add_argument("--report-every", type=int, default=20)
+    p.add_argument("--report-every", type=positive_int, default=20,
+                   help="print the average return every N episodes")
     args = p.parse_args(argv)
     env = CartPole(args.seed)
     g = dcf.Graph()

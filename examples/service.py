@@ -13,9 +13,12 @@ The graph is Newton's method for sqrt(x), elementwise over a vector, iterated in
 graph until the largest relative step falls below `tol`:
 
     y = where(x > 1, x, 1)
-    while max(|y' - y| / max(|y'|, 1)) >= tol and i < 2000:  # dcf.while_loop: the trip
-        y' = (y + x / y) / 2                                 # count depends on the data
-    return y, i
+    while max over x > 0 of |y' - y| / y' >= tol and i < 2000:  # dcf.while_loop: the
+        y' = (y + x / y) / 2                                  # trip count depends on
+    return where(x > 0, y, 0), i                              # the data
+
+(y' > 0 wherever x > 0; the elements x = 0, whose y only halves, take no part in the
+stopping test, and their answer is exactly 0.)
 
 Every request is one `await sess.run(...)` on ONE `dcf.AsyncSession` shared by all
 handlers. The session runs its device actors inside the server's own event loop (no
@@ -50,7 +53,8 @@ import numpy as np
 
 import dcf
 
-MAX_ITERATIONS = 2000       # from y = x, Newton halves y until near sqrt(x): ~520 for 1e308
+MAX_ITERATIONS = 2000       # from y = max(x, 1), Newton halves y until near sqrt(x):
+                            # ~520 steps for 1e308, ~540 for 5e-324
 DEFAULT_TOL = 1e-10
 MAX_VALUES = 1_000_000
 
@@ -59,6 +63,8 @@ class SqrtSolver:
     """The Newton-iteration graph and the one AsyncSession that runs it for every request."""
 
     def __init__(self, concurrency: int = 2) -> None:
+        if concurrency < 1:          # a Semaphore(0) would admit no run at all
+            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
         self.concurrency = concurrency
         self.graph = dcf.Graph()
         with self.graph.as_default():
@@ -69,7 +75,10 @@ class SqrtSolver:
 
             def body(i, y, _):
                 y2 = 0.5 * (y + x / y)
-                step = dcf.reduce_max(dcf.abs(y2 - y) / dcf.maximum(dcf.abs(y2), 1.0))
+                # The relative step, over the elements x > 0 only: for x = 0, y halves
+                # forever (its relative step stays 1/2) and the answer is set to 0 below.
+                step = dcf.reduce_max(dcf.where(x > 0.0, dcf.abs(y2 - y) / y2,
+                                                dcf.zeros_like(y2)))
                 return i + 1, y2, step
 
             self.iterations, y, _ = dcf.while_loop(
@@ -338,18 +347,33 @@ def run(coro: Any) -> Any:
     return uvloop.run(coro)
 
 
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (a clear error for 0, negatives and non-integers)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer (>= 1), got {value}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8080)
     p.add_argument("--selftest", action="store_true",
                    help="start on a free port, fire concurrent requests, print latencies")
-    p.add_argument("--concurrency", type=int, default=2,
+    p.add_argument("--concurrency", type=positive_int, default=2,
                    help="graph runs admitted at once (the rest wait off the event loop)")
-    p.add_argument("--requests", type=int, default=50)
-    p.add_argument("--values", type=int, default=100_000,
+    p.add_argument("--requests", type=positive_int, default=50,
+                   help="concurrent requests of the self test")
+    p.add_argument("--values", type=positive_int, default=100_000,
                    help="float64 values per self-test request")
     args = p.parse_args(argv)
+    if args.values > MAX_VALUES:
+        p.error(f"argument --values: at most {MAX_VALUES} (the server's limit per request), "
+                f"got {args.values}")
     if not args.selftest:
         try:
             run(serve(args.host, args.port, args.concurrency))

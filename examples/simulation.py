@@ -58,11 +58,22 @@ def build(num_workers: int, steps: int):
     return theta_var, mean_reward
 
 
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (a clear error for 0, negatives and non-integers)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer (>= 1), got {value}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> list[float]:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--workers", type=int, default=4)
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--steps", type=int, default=20)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workers", type=positive_int, default=4)
+    ap.add_argument("--rounds", type=positive_int, default=5)
+    ap.add_argument("--steps", type=positive_int, default=20)
     args = ap.parse_args(argv)
     history = []
     with dcf.Cluster.local(args.workers) as cluster:
