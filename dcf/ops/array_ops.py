@@ -1614,6 +1614,10 @@ def eye(
     m, m_dyn = (n, n_dyn) if num_columns is None else _int_arg(num_columns, "num_columns")
     dyn = [t for t in (n_dyn, m_dyn) if t is not None]
     batch = () if batch_shape is None else tuple(int(b) for b in batch_shape)
+    for what, k in (("num_rows", n), ("num_columns", m)) + tuple(("batch_shape", b)
+                                                               for b in batch):
+        if k is not None and k < 0:
+            raise ValueError(f"Eye '{name or 'Eye'}': {what} must be >= 0, got {k}")
     return apply(
         "Eye", dyn, name, num_rows=n, num_columns=m, batch_shape=batch, dtype=dtypes.as_dtype(dtype)
     )

@@ -118,6 +118,9 @@ def placeholder(dtype: Any, shape: Any = None, name: str | None = None) -> Tenso
     dt = dtypes.as_dtype(dtype)
     shp = None if shape is None else tuple(None if d is None or d == -1 else int(d)
                                            for d in shape)
+    if shp is not None and any(d is not None and d < 0 for d in shp):
+        raise ValueError(f"Placeholder '{name or 'Placeholder'}': shape {list(shape)} has a "
+                         "negative dimension (None or -1 is an unknown one)")
     return apply("Placeholder", [], name=name or "Placeholder", dtype=dt, shape=shp)
 
 

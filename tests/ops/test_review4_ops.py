@@ -1,6 +1,7 @@
 """Ops edges found by a review by use (session 30): float16 uniform draws, empty index
 tuples in gather_nd, the gradient of sign."""
 import numpy as np
+import pytest
 
 import dcf
 
@@ -56,3 +57,21 @@ def test_scatter_nd_with_empty_index_tuples_adds_every_update_to_all_of_the_outp
     with dcf.Session(g) as s:
         r = s.run(t)
     np.testing.assert_array_equal(r, u[0] + u[1])
+
+
+def test_negative_dimensions_are_refused_at_build_time():
+    g = dcf.Graph()
+    with g.as_default():
+        with pytest.raises(ValueError, match="Placeholder 'p'.*negative"):
+            dcf.placeholder(dcf.float32, (-2, 3), name="p")
+        assert dcf.placeholder(dcf.float32, (-1, 3)).shape == (None, 3)  # -1: unknown, as TF
+        with pytest.raises(ValueError, match="Eye 'e'.*num_rows"):
+            dcf.eye(-1, name="e")
+        with pytest.raises(ValueError, match="num_columns"):
+            dcf.eye(2, -3)
+        with pytest.raises(ValueError, match="batch_shape"):
+            dcf.eye(2, batch_shape=[-1])
+        n = dcf.placeholder(dcf.int32, ())
+        e = dcf.eye(n)
+    with dcf.Session(g) as s:
+        np.testing.assert_array_equal(s.run(e, {n: 3}), np.eye(3, dtype=np.float32))
