@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from dcf.autodiff.gradients import (GradState, _inside, captured_switches, differentiable,
-                                    on_device, vjp)
+                                    on_device, target_inside, vjp)
 from dcf.autodiff.loop_state import GradCondContext, GradWhileContext, forward_counter
 from dcf.control_flow import CondInfo, WhileContext, cond, while_loop
 from dcf.graph import Operation, Tensor
@@ -63,7 +63,7 @@ def _grad_classes(g: Any, cond_cls: Any = None, while_cls: Any = None):
 
 
 def _targets_inside(state: GradState, ctx: Any) -> list[Tensor]:
-    return [x for x in state.targets if _inside(x, ctx)]
+    return [x for x in state.targets if target_inside(x, ctx)]
 
 
 # ------------------------------------------------------------------------ cond
@@ -92,7 +92,8 @@ def cond_grad(state: GradState, info: CondInfo, inputs: list[Tensor],
             xs = sw + targets[b]
             with _grad_classes(g):
                 grads = vjp(state, ys, xs, [gy[k] for k in diff] +
-                            [internal[t] for t in inner_of[b]], level=info.branches[b])
+                            [internal[t] for t in inner_of[b]], level=info.branches[b],
+                            through=set(targets[b]))
             by_switch = dict(zip(sw, grads[:len(sw)]))
             offset = 0 if b == 1 else len(branch_ins[1])
             res = []
@@ -166,7 +167,8 @@ def while_grad(state: GradState, w: WhileContext, inputs: list[Tensor],
         bins = [w.body_inputs[k].outputs[0] for k in diff]
         cins = [ce.outputs[0] for ce in consts]
         with _grad_classes(g):  # nested constructs inside get their own classes
-            grads = vjp(state, ys, bins + cins + targets, list(dvs), level=w)
+            grads = vjp(state, ys, bins + cins + targets, list(dvs), level=w,
+                        through=set(targets))
         gb = grads[:len(bins)]
         gc = grads[len(bins):len(bins) + len(cins)]
         gt = grads[len(bins) + len(cins):]

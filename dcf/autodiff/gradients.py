@@ -61,7 +61,9 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None, name: str | None = None,
     ys, xs: tensors (or Variables among xs) or lists of them. grad_ys: the incoming
     gradient of each y (default: ones). Returns one tensor per x: None only where no
     path leads from x to any y; an x used only in a branch that was not taken gets
-    zeros. Works through cond, case, while_loop, TensorArray, map_fn/foldl/foldr/scan.
+    zeros. Each x gets its total gradient, also where another x is computed from it.
+    Works through cond, case, while_loop, TensorArray, map_fn/foldl/foldr/scan.
+    Raises ValueError for an x made inside a while_loop body (a value per iteration).
     """
     g = get_default_graph()
     ys_l = [convert_to_tensor(y) for y in nest.flatten(ys)]
@@ -78,6 +80,9 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None, name: str | None = None,
         else set()
     with g.as_default(), g.name_scope(name or "gradients"):
         x_groups = [_resolve_x(x) for x in xs_in]
+        for x in xs_in:
+            if isinstance(x, Tensor):
+                _check_not_in_loop(x)
         targets = dict.fromkeys(t for grp in x_groups for t in grp)
         state = GradState(g, f"{g._scope}grad{next(_call_ids)}", targets)
         _ACTIVE.append(state)
@@ -91,7 +96,10 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None, name: str | None = None,
                     gy = ones_like(y) if differentiable(y) else None
                 gy_full.append(gy)
             flat_x = [t for grp in x_groups for t in grp]
-            grads = vjp(state, ys_l, flat_x, gy_full, level=None, stops=stops)
+            # every x is also walked through: an x computed from another x passes its
+            # gradient on, and each gets its total derivative (TF's rule)
+            grads = vjp(state, ys_l, flat_x, gy_full, level=None, stops=stops,
+                        through=set(flat_x))
         finally:
             _ACTIVE.pop()
         out: list[Tensor | None] = []
@@ -101,6 +109,20 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None, name: str | None = None,
             k += len(grp)
             out.append(sum_grads(parts) if parts else None)
         return out
+
+
+def _check_not_in_loop(x: Tensor) -> None:
+    """An x made inside a while_loop body has one value per iteration: the gradient of
+    ys outside the loop w.r.t. "it" is not one tensor (TF1 raises too). A Variable read
+    inside a loop is fine: the Variable stands for all its reads (their sum)."""
+    c = _value_ctx(x)  # (a loop's Exit lives after the loop)
+    w = c.while_ctx if c is not None else None
+    if w is not None:
+        raise ValueError(
+            f"gradients: cannot differentiate with respect to '{x.name}' ({x.op.type} "
+            f"'{x.op.name}'): it is created inside while_loop '{w.frame_name}', where it has "
+            "one value per iteration, and ys are outside the loop. Differentiate with "
+            "respect to a tensor outside the loop (its inputs, or a value it reads)")
 
 
 def _resolve_x(x: Any) -> list[Tensor]:
@@ -259,17 +281,36 @@ def _inside(t: Tensor, ctx: Any) -> bool:
     return False
 
 
+def target_inside(x: Tensor, ctx: Any) -> bool:
+    """Whether requested x is inside ctx, so that ctx's gradient rule collects its
+    gradient: as _inside, but a loop's Exit is not its loop's (its value lives after the
+    loop, where the walk reaches it as any other tensor)."""
+    c = _value_ctx(x)
+    while c is not None:
+        if c is ctx:
+            return True
+        c = c.outer
+    return False
+
+
 def vjp(state: GradState, ys: list[Tensor], xs: list[Tensor], grad_ys: list,
-        level: Any, stops: set | None = None) -> list[Tensor | None]:
+        level: Any, stops: set | None = None, through: set | None = None) -> list[Tensor | None]:
     """Gradients of ys (weighted by grad_ys) w.r.t. xs, all at nesting `level`.
 
     Targets of the whole gradients() call that live inside a nested loop/cond are
     collected by that construct's rule and returned with the xs they stand for.
+    The walk stops at each x (a construct's rule passes the boundary of its body: a
+    branch's Switch outputs, a loop body's inputs), except at those in `through`: a
+    requested x whose own inputs may lead to other xs; its gradient is its total one.
     """
     stops = stops or set()
+    through = through or set()
     units = _Units(level, state.graph)
     xset = set(xs)
-    # Backward reachability from ys over units, stopping at xs and stop-gradients.
+    # where the walk ends: an x not walked through
+    ends = xset - through
+    # Backward reachability from ys over units, stopping at xs (but those in `through`)
+    # and stop-gradients.
     order: list[_Unit] = []
     seen: set[int] = set()
     reaches: dict[int, bool] = {}
@@ -288,7 +329,7 @@ def vjp(state: GradState, ys: list[Tensor], xs: list[Tensor], grad_ys: list,
             if t in xset:
                 r = True
             pu = units.of(t)
-            if pu is not None and t not in xset:
+            if pu is not None and t not in ends:
                 if visit(pu):
                     r = True
         reaches[k] = r
@@ -309,7 +350,7 @@ def vjp(state: GradState, ys: list[Tensor], xs: list[Tensor], grad_ys: list,
         if gy is None or not differentiable(y):
             continue
         grads.setdefault(y, []).append(gy)
-        if y in xset:
+        if y in ends:
             continue
         u = units.of(y)
         if u is not None:
@@ -331,7 +372,7 @@ def vjp(state: GradState, ys: list[Tensor], xs: list[Tensor], grad_ys: list,
             producer[t] = u
     for u in order:
         for t in u.inputs:
-            if t in xset or t in stops:
+            if t in ends or t in stops:
                 continue
             pu = units.of(t)
             if pu is not None and id(pu) in between:
@@ -348,6 +389,8 @@ def vjp(state: GradState, ys: list[Tensor], xs: list[Tensor], grad_ys: list,
             if parts and len(parts) > 1:
                 with colocated(t.op):
                     out_grads.append(sum_grads(parts))
+                if t in xset:
+                    grads[t] = [out_grads[-1]]  # an x walked through: its total, summed once
             else:
                 out_grads.append(sum_grads(parts) if parts else None)
         internal = {}
@@ -366,7 +409,7 @@ def vjp(state: GradState, ys: list[Tensor], xs: list[Tensor], grad_ys: list,
             # every iteration that nothing reads)
             need = []
             for t in u.inputs:
-                pu = units.of(t) if t not in xset else None
+                pu = units.of(t) if t not in ends else None
                 need.append(t not in stops and (t in xset or (pu is not None and
                                                               id(pu) in between)))
         in_grads, extra = _unit_grad(state, u, out_grads, internal, need)
@@ -377,7 +420,7 @@ def vjp(state: GradState, ys: list[Tensor], xs: list[Tensor], grad_ys: list,
             if gi is not None:
                 inner.setdefault(t, []).append(gi)
         for t in u.inputs:
-            if t in xset or t in stops:
+            if t in ends or t in stops:
                 continue
             pu = units.of(t)
             if pu is not None and id(pu) in between and id(pu) not in done:
@@ -395,11 +438,9 @@ def _has_inner_target(u: _Unit, state: GradState) -> bool:
     """Whether a target of the call, or a saved value with second-order gradients on
     stacks (state.stack_grads), lives inside construct u: its gradient rule must run
     even where no gradient reaches u's outputs."""
-    inner = itertools.chain(state.targets, state.stack_grads)
-    if u.kind == "while":
-        return any(_inside(x, u.obj) for x in inner)
-    info = u.obj
-    return any(_inside(x, info.branches[0]) or _inside(x, info.branches[1]) for x in inner)
+    ctxs = _contexts(u)
+    return any(target_inside(x, c) for x in state.targets for c in ctxs) or \
+        any(_inside(t, c) for t in state.stack_grads for c in ctxs)
 
 
 def _contexts(u: _Unit) -> tuple:

@@ -15,15 +15,12 @@ from __future__ import annotations
 from typing import Any
 
 from dcf import dtypes
+from dcf.autodiff.gradients import _value_ctx
 from dcf.control_flow import CondContext, WhileContext
 from dcf.graph import Operation, Tensor
 from dcf.ops.registry import OPS, apply
 
 __all__ = ["GradWhileContext", "GradCondContext", "forward_counter", "saved_stacks"]
-
-
-def _value_ctx(t: Tensor) -> Any:
-    return t.op.ctx
 
 
 def _belongs(t: Tensor, fwd: Any) -> bool:
@@ -69,7 +66,12 @@ class _GradMixin:
         g = t.graph
         from dcf.ops import array_ops
 
-        with g._control_flow_context(t.op.ctx):
+        # the shape is taken where t is a value: for a branch's view of an input (a
+        # Switch output) inside that branch, so that it is saved (pushed and popped)
+        # exactly when the branch runs. Taken next to the Switch, outside the branch, it
+        # would be dead when the branch is not taken, its push skipped, and the pop of
+        # the gradient loop would find an empty stack.
+        with g._control_flow_context(_value_ctx(t)):
             if op_type == "Shape":
                 fwd = array_ops.shape(t, **({"out_type": attrs["out_type"]}
                                             if "out_type" in attrs else {}))
