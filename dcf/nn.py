@@ -65,6 +65,16 @@ class _Cell:
                     self.scope = s.rstrip("/")
         return self.scope
 
+    def _check_depth(self, x: Tensor, kernel: Variable) -> None:
+        """A built cell takes inputs of the depth it was built for: say so here, at graph
+        construction, not as a MatMul failure inside the loop at run time."""
+        want = kernel.shape[0] - self.num_units if kernel.shape is not None else None
+        got = x.shape[-1] if x.shape is not None else None
+        if want is not None and got is not None and int(got) != int(want):
+            raise ValueError(f"{type(self).__name__} '{self.scope}': built for inputs of "
+                             f"depth {want}, called with depth {got} (its variables are "
+                             "shared; make a new cell for other inputs)")
+
     @property
     def variables(self) -> list[Variable]:
         return list(self._vars) if self._built else []
@@ -113,6 +123,7 @@ class LSTMCell(_Cell):
             if x.shape is None or x.shape[-1] is None:
                 raise ValueError("LSTMCell: the input's last dimension must be known")
             self._build(int(x.shape[-1]), self._dtype or x.dtype)
+        self._check_depth(x, self.kernel)
         z = math_ops.matmul(array_ops.concat([x, h], 1), self.kernel)
         c_new, h_new = lstm_gates(z, c, self.forget_bias, b=self.bias)   # bias in the kernel
         return h_new, LSTMStateTuple(c_new, h_new)
@@ -186,6 +197,7 @@ class GRUCell(_Cell):
             if x.shape is None or x.shape[-1] is None:
                 raise ValueError("GRUCell: the input's last dimension must be known")
             self._build(int(x.shape[-1]), self._dtype or x.dtype)
+        self._check_depth(x, self.gate_kernel)
         gates = math_ops.sigmoid(math_ops.matmul(array_ops.concat([x, h], 1), self.gate_kernel)
                                  + self.gate_bias)
         r, u = array_ops.split(gates, 2, axis=1)
@@ -229,6 +241,15 @@ def _initial_state(cell: Any, batch: Any, dtype: Any, initial_state: Any) -> Any
     return cell.zero_state(batch, dtype)
 
 
+def _sequence_length(sequence_length: Any) -> Tensor | None:
+    """sequence_length as an int32 tensor: int64 (or any other dtype) is cast, as TF's
+    dynamic_rnn does."""
+    if sequence_length is None:
+        return None
+    seq = convert_to_tensor(sequence_length)
+    return seq if seq.dtype == dtypes.int32 else math_ops.cast(seq, dtypes.int32)
+
+
 def _masked(t: Tensor, seq_len: Tensor | None, new: Any, old: Any) -> Any:
     if seq_len is None:
         return new
@@ -266,8 +287,7 @@ def dynamic_rnn(cell: Any, inputs: Any, sequence_length: Any = None, initial_sta
         steps = _batch_size(xt, 0)
         batch = _batch_size(xt, 1)
         state0 = _initial_state(cell, batch, dtype or x.dtype, initial_state)
-        seq = None if sequence_length is None else convert_to_tensor(sequence_length,
-                                                                     dtype=dtypes.int32)
+        seq = _sequence_length(sequence_length)
         if not getattr(cell, "_built", True) and xt.shape[-1] is not None:
             # variables outside the loop, under this scope: the same names as static_rnn
             # gives them (rnn/lstm_cell/kernel, not rnn/while/...), so checkpoints swap
@@ -363,8 +383,7 @@ def static_rnn(cell: Any, inputs: list, initial_state: Any = None, dtype: Any = 
             raise ValueError("static_rnn: inputs is empty")
         state = _initial_state(cell, _batch_size(xs[0], 0), dtype or xs[0].dtype,
                                initial_state)
-        seq = None if sequence_length is None else convert_to_tensor(sequence_length,
-                                                                     dtype=dtypes.int32)
+        seq = _sequence_length(sequence_length)
         outs = []
         for t, x in enumerate(xs):
             y, new_state = cell(x, state)

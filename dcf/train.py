@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import weakref
 import zipfile
 from typing import Any
 
@@ -54,6 +55,16 @@ class Optimizer:
         raise NotImplementedError
 
 
+def _lr_as(learning_rate: Any, dtype: Any) -> Tensor:
+    """The learning rate as a tensor of the variable's dtype: a Python number is made
+    one, a tensor (a float32 placeholder, say, for float64 variables) is cast, as TF's
+    optimizers cast theirs."""
+    if isinstance(learning_rate, (int, float, np.number, np.ndarray)):
+        return convert_to_tensor(learning_rate, dtype=dtype)   # (no float32 rounding)
+    lr = convert_to_tensor(learning_rate)                      # a Tensor or a Variable
+    return lr if lr.dtype == dtype else math_ops.cast(lr, dtype)
+
+
 class GradientDescentOptimizer(Optimizer):
     """`var -= learning_rate * grad`."""
 
@@ -61,8 +72,7 @@ class GradientDescentOptimizer(Optimizer):
         super().__init__(learning_rate, name)
 
     def _apply(self, grad: Tensor, var: Variable) -> Any:
-        lr = convert_to_tensor(self.learning_rate, dtype=var.dtype)
-        return var.assign_sub(lr * grad)
+        return var.assign_sub(_lr_as(self.learning_rate, var.dtype) * grad)
 
 
 class AdamOptimizer(Optimizer):
@@ -77,6 +87,7 @@ class AdamOptimizer(Optimizer):
         super().__init__(learning_rate, name)
         self.beta1, self.beta2, self.epsilon = beta1, beta2, epsilon
         self._slots: dict[Variable, tuple[Variable, Variable]] = {}
+        self._powers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     def apply_gradients(self, grads_and_vars: list, name: str | None = None) -> Operation:
         pairs = [(gr, v) for gr, v in grads_and_vars if gr is not None]
@@ -85,13 +96,20 @@ class AdamOptimizer(Optimizer):
         g = get_default_graph()
         dt = pairs[0][1].dtype
         with g.name_scope(name or self.name):
-            b1p = Variable(np.asarray(1.0, dt.np), name="beta1_power", trainable=False)
-            b2p = Variable(np.asarray(1.0, dt.np), name="beta2_power", trainable=False)
+            # one pair of powers per optimizer and graph (TF's non-slot variables), shared
+            # by every minimize() of this optimizer, as the moments are
+            powers = self._powers.get(g)
+            if powers is None:
+                powers = self._powers[g] = (
+                    Variable(np.asarray(1.0, dt.np), name="beta1_power", trainable=False),
+                    Variable(np.asarray(1.0, dt.np), name="beta2_power", trainable=False))
+            b1p, b2p = powers
+            dt = b1p.dtype   # (a later minimize() may update variables of another dtype)
             # this step's powers; the Variables take them only once every update has
             # (as TF's _finish): a step that fails leaves them as they were
             nb1 = b1p * self.beta1
             nb2 = b2p * self.beta2
-            lr_t = self.learning_rate * math_ops.sqrt(1.0 - nb2) / (1.0 - nb1)
+            lr_t = _lr_as(self.learning_rate, dt) * math_ops.sqrt(1.0 - nb2) / (1.0 - nb1)
             updates = []
             for gr, var in pairs:
                 # one fused op per variable (TF's ResourceApplyAdam): the moments are
