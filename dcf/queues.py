@@ -17,6 +17,7 @@ from dcf import dtypes
 from dcf.errors import InvalidArgumentError, OutOfRangeError
 from dcf.token import WouldBlock
 from dcf.graph import Operation, Tensor, TensorType, get_default_graph, shape_str
+from dcf.ops import state_ops
 from dcf.ops.registry import (
     Kind, OpDef, apply, constant_value, convert_in, not_differentiable, register,
 )
@@ -75,8 +76,7 @@ def _handle(xp, *, res, node_name, queue_name, capacity):
 
 def _fits(shape: tuple, want: tuple | None) -> bool:
     """Whether `shape` is one the queue declared (None: any; a None dim: any size)."""
-    return want is None or (len(shape) == len(want) and
-                            all(w is None or w == d for d, w in zip(shape, want)))
+    return want is None or state_ops._fits(shape, want)
 
 
 def _enqueue(xp, q, *vals, many, shapes=None):

@@ -273,19 +273,18 @@ def _value_ctx(t: Tensor) -> Any:
 def _inside(t: Tensor, ctx: Any) -> bool:
     """Whether t's value lives in ctx or in a context nested in it (an Exit's value
     counts as its loop's; a cond's Switch output as the branch's it feeds)."""
-    c = t.op.frame_ctx if t.op.type == "Exit" else _value_ctx(t)
-    while c is not None:
-        if c is ctx:
-            return True
-        c = c.outer
-    return False
+    return _nested_in(t.op.frame_ctx if t.op.type == "Exit" else _value_ctx(t), ctx)
 
 
 def target_inside(x: Tensor, ctx: Any) -> bool:
     """Whether requested x is inside ctx, so that ctx's gradient rule collects its
     gradient: as _inside, but a loop's Exit is not its loop's (its value lives after the
     loop, where the walk reaches it as any other tensor)."""
-    c = _value_ctx(x)
+    return _nested_in(_value_ctx(x), ctx)
+
+
+def _nested_in(c: Any, ctx: Any) -> bool:
+    """Whether context c is ctx or one nested in it."""
     while c is not None:
         if c is ctx:
             return True

@@ -12,7 +12,7 @@ import numpy as np
 from dcf import dtypes
 from dcf.errors import InvalidArgumentError, OutOfRangeError
 from dcf.graph import Tensor, TensorType
-from dcf.ops.registry import OpDef, apply, not_differentiable, register
+from dcf.ops.registry import OpDef, apply, changed_by_cast, not_differentiable, register
 
 __all__ = ["py_func", "print_"]
 
@@ -453,24 +453,13 @@ def _py_func_outputs(result: Any, tout: list, fn_name: str) -> Any:
             raise InvalidArgumentError(
                 f"py_func {fn_name} output {k} ({type(v).__name__}) cannot be converted to "
                 f"{dt}: {e}") from e
-        if _cast_changes(src, arr, dt):
+        if changed_by_cast(src, arr, dt):
             raise InvalidArgumentError(
                 f"py_func {fn_name} output {k} is {src.dtype}, but Tout declares {dt}, and "
                 f"converting it would change its value ({_short(src)}); return values of "
                 f"that dtype")
         conv.append(arr[()] if arr.ndim == 0 else arr)
     return conv[0] if len(conv) == 1 else tuple(conv)
-
-
-def _cast_changes(src: np.ndarray | np.generic, arr: np.ndarray, dt: dtypes.DType) -> bool:
-    """Whether `arr` (src converted to the integer or bool `dt`) lost a value of src."""
-    if not (dt.is_integer or dt.is_bool) or src.dtype == arr.dtype or \
-            src.dtype.kind not in "biuf":
-        return False
-    if dt.is_bool:
-        return bool(np.any((src != 0) & (src != 1)))
-    with np.errstate(invalid="ignore", over="ignore"):
-        return not np.array_equal(arr.astype(src.dtype), src)
 
 
 def _short(v: Any) -> str:

@@ -114,7 +114,7 @@ def as_value(value: Any, dtype: dtypes.DType) -> Any:
     return arr
 
 
-def _changed_by_cast(value: Any, arr: Any, dt: dtypes.DType) -> bool:
+def changed_by_cast(value: Any, arr: Any, dt: dtypes.DType) -> bool:
     """Whether converting `value` to `arr` (of `dt`) changed a value: a fractional or
     non-finite float made an int, an int wrapped around, a number other than 0/1 made a
     bool. Widening and float rounding (as TensorFlow allows) are not changes."""
@@ -152,7 +152,7 @@ def constant(value: Any, dtype: Any = None, name: str | None = None,
     except (TypeError, ValueError, OverflowError) as e:
         to = "" if dtype is None else f" to {dtypes.as_dtype(dtype)}"
         raise TypeError(f"{what}: cannot convert {_short(value)}{to}: {e}") from None
-    if _changed_by_cast(value, v, dt):
+    if changed_by_cast(value, v, dt):
         raise TypeError(f"{what}: converting {_short(value)} to {dt} would change its value; "
                         "pass values of that dtype, or convert explicitly with dcf.cast")
     if shape is not None:
