@@ -12,7 +12,6 @@ from dcf import dtypes, nest
 from dcf.control_flow import while_loop
 from dcf.device import DeviceSpec
 from dcf.graph import Tensor, get_default_graph
-from dcf.ops.control_ops import stop_gradient
 from dcf.ops import array_ops, math_ops
 from dcf.ops.nn_ops import (  # noqa: F401
     log_softmax, relu, sigmoid, softmax, softmax_cross_entropy_with_logits,
@@ -309,8 +308,8 @@ def dynamic_rnn(cell: Any, inputs: Any, sequence_length: Any = None, initial_sta
                 y = _masked(t, seq, y, array_ops.zeros_like(y))
                 new_state = _masked(t, seq, new_state, state)
             # a tied recurrent weight's matmul input, for its gradient after the loop (a
-            # record, not a path of the loss: no gradient flows back through it)
-            tied = tuple(ta.write(t, stop_gradient(tied_input(state))) for ta in tied)
+            # record, not a path of the loss; second derivatives flow back through it)
+            tied = tuple(ta.write(t, tied_input(state)) for ta in tied)
             return (t + 1, new_state, out.write(t, y)) + tied
 
         loop_vars = (convert_to_tensor(0), state0, out_ta) + \

@@ -17,7 +17,7 @@ from typing import Any
 from dcf import dtypes, nest
 from dcf.control_flow import CondInfo, WhileContext
 from dcf.graph import Graph, Operation, Tensor, get_default_graph
-from dcf.ops.registry import GRADIENTS, convert_to_tensor
+from dcf.ops.registry import GRADIENTS, broadcast_shape, convert_in, convert_to_tensor
 
 __all__ = ["gradients", "GradState", "vjp", "differentiable", "sum_grads"]
 
@@ -73,9 +73,12 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None, name: str | None = None,
     if grad_ys is None:
         gy_l: list = [None] * len(ys_l)
     else:
-        gy_l = [None if v is None else convert_to_tensor(v) for v in nest.flatten(grad_ys)]
-        if len(gy_l) != len(ys_l):
-            raise ValueError(f"gradients: {len(ys_l)} ys but {len(gy_l)} grad_ys")
+        from dcf.ops.array_ops import _is_tensorlike
+
+        # a Python or numpy value takes the dtype of its y (as an operand takes the dtype
+        # of the tensor it meets), and becomes a Const of ys' graph
+        gy_l = [None if v is None else convert_in(v, g, None if _is_tensorlike(v) else y.dtype)
+                for y, v in zip(ys_l, _grad_y_values(ys, len(ys_l), grad_ys))]
     stops = {convert_to_tensor(s) for s in nest.flatten(stop_gradients)} if stop_gradients \
         else set()
     with g.as_default(), g.name_scope(name or "gradients"):
@@ -90,10 +93,12 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None, name: str | None = None,
             if g._ctx is not None:
                 raise ValueError("call gradients() outside cond/while_loop bodies")
             gy_full = []
-            for y, gy in zip(ys_l, gy_l):
+            for i, (y, gy) in enumerate(zip(ys_l, gy_l)):
                 if gy is None:
                     from dcf.ops.array_ops import ones_like
                     gy = ones_like(y) if differentiable(y) else None
+                else:
+                    gy = _checked_grad_y(i, y, gy)
                 gy_full.append(gy)
             flat_x = [t for grp in x_groups for t in grp]
             # every x is also walked through: an x computed from another x passes its
@@ -109,6 +114,47 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None, name: str | None = None,
             k += len(grp)
             out.append(sum_grads(parts) if parts else None)
         return out
+
+
+def _grad_y_values(ys: Any, n: int, grad_ys: Any) -> list:
+    """grad_ys as one value per y: flattened as ys is, or (where that gives another count)
+    only as deep as ys is nested, so that a list of numbers is one y's value."""
+    flat = nest.flatten(grad_ys)
+    if len(flat) != n:
+        flat = _flatten_up_to(ys, grad_ys)
+    if len(flat) != n:
+        raise ValueError(f"gradients: {n} ys but {len(flat)} grad_ys")
+    return flat
+
+
+def _flatten_up_to(structure: Any, values: Any) -> list:
+    if not nest.is_nested(structure):
+        return [values]
+    if not nest.is_nested(values) or len(values) != len(structure):
+        return nest.flatten(values)   # (the caller reports the count)
+    return [v for s, c in zip(nest._children(structure), nest._children(values))
+            for v in _flatten_up_to(s, c)]
+
+
+def _checked_grad_y(i: int, y: Tensor, gy: Tensor) -> Tensor:
+    """grad_ys[i], which must have y's dtype and y's shape or one that broadcasts to it (a
+    scalar weighs every entry alike, as in TF1), broadcast to y's shape."""
+    what = f"gradients: grad_ys[{i}] ('{gy.name}', {gy.type})"
+    if differentiable(y) and gy.dtype is not y.dtype:
+        raise TypeError(f"{what} does not have the dtype of ys[{i}] ('{y.name}', {y.type}); "
+                        "cast it with dcf.cast")
+    try:
+        out = broadcast_shape(gy.shape, y.shape)
+    except ValueError:
+        out = ()   # cannot broadcast: reported below
+    if not _shapes_compatible(out, y.shape) or (
+            out is not None and gy.shape is not None and len(gy.shape) > len(y.shape)):
+        raise ValueError(f"{what} does not have the shape of ys[{i}] ('{y.name}', {y.type})")
+    if gy.shape == y.shape or not differentiable(y):
+        return gy
+    from dcf.ops.array_ops import _shape_of, broadcast_to
+
+    return broadcast_to(gy, _shape_of(y))
 
 
 def _check_not_in_loop(x: Tensor) -> None:
@@ -483,4 +529,22 @@ def _op_grad(op: Operation, out_grads: list) -> list:
     if len(res) != len(op.inputs):
         raise ValueError(f"gradient of {op.type} '{op.name}' returned {len(res)} values for "
                          f"{len(op.inputs)} inputs")
-    return [None if r is None else convert_to_tensor(r) for r in res]
+    res = [None if r is None else convert_to_tensor(r) for r in res]
+    for i, (t, r) in enumerate(zip(op.inputs, res)):
+        if r is not None and not _shapes_compatible(t.shape, r.shape):
+            raise ValueError(
+                f"gradient of {op.type} '{op.name}' for input {i} ('{t.name}', shape "
+                f"{_shape_str(t.shape)}) has shape {_shape_str(r.shape)}; a gradient has "
+                "the shape of its input (check grad_ys, or the registered gradient function)")
+    return res
+
+
+def _shapes_compatible(a: tuple | None, b: tuple | None) -> bool:
+    """Whether static shapes a and b (None: unknown) may be the same shape."""
+    if a is None or b is None:
+        return True
+    return len(a) == len(b) and all(x is None or y is None or x == y for x, y in zip(a, b))
+
+
+def _shape_str(s: tuple | None) -> str:
+    return "unknown" if s is None else str(["?" if d is None else d for d in s])

@@ -1199,10 +1199,7 @@ def _gather_grad(op, g):
         return [unsorted_segment_sum(g, indices, n)]
     rp, ri = params.type.rank, indices.type.rank
     if rp is None or ri is None:
-        raise ValueError(
-            f"gradient of gather along axis {axis} needs the ranks of "
-            f"params and indices, got {params.type} and {indices.type}"
-        )
+        return [_gather_grad_dynamic(g, params, indices, axis, n)]
     a = axis % rp
     # move the index axes to the front, sum the segments, move the result back to `a`
     gt = transpose(
@@ -1210,6 +1207,22 @@ def _gather_grad(op, g):
     )
     summed = unsorted_segment_sum(gt, indices, n)
     return [transpose(summed, list(_pyrange(1, a + 1)) + [0] + list(_pyrange(a + 1, rp)))]
+
+
+def _gather_grad_dynamic(g: Tensor, params: Tensor, indices: Tensor, axis: int,
+                         n: Any) -> Tensor:
+    """The gradient of a gather along `axis` != 0 where a rank is known only at run time:
+    g as [outer..., indices, inner...] with the indices flattened to one axis, that axis
+    moved to the front, the segments summed, and the result moved back (as TF)."""
+    ps = shape(params)
+    outer, inner = ps[:axis], ps[axis:][1:]   # (negative axes slice the same way)
+    values = reshape(g, concat([outer, expand_dims(size(indices), 0), inner], 0))
+    na = size(outer)
+    nv = na + 1 + size(inner)
+    to_front = concat([expand_dims(na, 0), _math.range(0, na), _math.range(na + 1, nv)], 0)
+    summed = unsorted_segment_sum(transpose(values, to_front), reshape(indices, [-1]), n)
+    return transpose(summed, concat([_math.range(1, na + 1), _const([0], dtypes.int32, g.graph),
+                                     _math.range(na + 1, nv)], 0))
 
 
 def gather(params: Any, indices: Any, axis: int = 0, name: str | None = None) -> Tensor:

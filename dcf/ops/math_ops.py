@@ -430,7 +430,8 @@ def _sigmoid_grad_grad(op, g):
 
 @_gradient("ReluGrad")
 def _relu_grad_grad(op, g):
-    return [apply("ReluGrad", [g, op.inputs[1]]), None]
+    # relu's output has a path to its gradient: zeros, not None (as TF)
+    return [apply("ReluGrad", [g, op.inputs[1]]), zeros_like(op.inputs[1])]
 
 
 # ------------------------------------------------------------- unary ops
@@ -1063,11 +1064,13 @@ def _sum_grad(op, g):
 def _mean_grad(op, g):
     x, y = op.inputs[0], op.outputs[0]
     grad = broadcast_to(_kept(op, g), _shape_of(x))
+    # a float16 count may exceed float16's largest value (65504): divide in float32
+    dt = dtypes.float32 if x.dtype is dtypes.float16 else x.dtype
     if _known(x.shape) and _known(y.shape):
-        count = _prod(x.shape) // builtins.max(_prod(y.shape), 1)
-        return [grad / _const(count, x.dtype, x.graph)]
-    count = cast(size(x), x.dtype) / cast(maximum(size(y), 1), x.dtype)
-    return [grad / count]
+        count = _const(_prod(x.shape) // builtins.max(_prod(y.shape), 1), dt, x.graph)
+    else:
+        count = cast(size(x), dt) / cast(maximum(size(y), 1), dt)
+    return [cast(cast(grad, dt) / count, x.dtype)]
 
 
 def _minmax_grad(op, g):
@@ -1289,7 +1292,9 @@ register(
 @_gradient("ClipByValue")
 def _clip_grad(op, g):
     t, lo, hi = op.inputs
-    below, above, z = less(t, lo), greater(t, hi), zeros_like(g)
+    # as min(max(t, lo), hi): hi wins where max(t, lo) exceeds it (also where lo > hi)
+    above = greater(maximum(t, lo), hi)
+    below, z = logical_and(less(t, lo), logical_not(above)), zeros_like(g)
     return [
         _sum_to(select(logical_or(below, above), z, g), t, lo, hi),
         _sum_to(select(below, g, z), lo, t, hi),

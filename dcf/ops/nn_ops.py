@@ -7,8 +7,18 @@ from typing import Any
 from dcf import dtypes
 from dcf.errors import InvalidArgumentError
 from dcf.graph import Tensor, TensorType
-from dcf.ops.array_ops import _check_int, _gradient, _norm_axis, _s, expand_dims, transpose
+from dcf.ops.array_ops import (
+    _check_int,
+    _gradient,
+    _norm_axis,
+    _s,
+    concat,
+    expand_dims,
+    rank,
+    transpose,
+)
 from dcf.ops.math_ops import _check_kind, _sum_to, exp, reduce_sum, relu, sigmoid, tanh
+from dcf.ops.math_ops import range as range_
 from dcf.ops.registry import (
     OpDef,
     RegisterGradient,
@@ -202,8 +212,10 @@ def _move_to_last(t: Tensor, axis: int) -> Tensor:
     r = t.type.rank
     if axis == -1 or (r is not None and axis == r - 1):
         return t
-    if r is None:
-        raise ValueError(f"axis={axis} needs a tensor of known rank, got {t!r}")
+    if r is None:  # the permutation at run time
+        rt = rank(t)
+        a = axis if axis >= 0 else rt + axis
+        return transpose(t, concat([range_(0, a), range_(a + 1, rt), expand_dims(a, 0)], 0))
     a = _norm_axis(axis, r)
     return transpose(t, [i for i in range(r) if i != a] + [a])
 

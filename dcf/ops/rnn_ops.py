@@ -459,10 +459,47 @@ def _lstm_gates_grad(op: Any, dc_new: Any, dh_new: Any, dacts: Any) -> list:
     dc_new = dc_new if dc_new is not None else zeros_like(c_new)
     dh_new = dh_new if dh_new is not None else zeros_like(h_new)
     dz, dc = apply("LSTMGatesGrad", [c, acts, c_new, dc_new, dh_new], name="LSTMGatesGrad")
+    if dacts is not None:  # second order: LSTMGatesGrad read the activations
+        dz = dz + dacts * _activation_slopes(acts)
     if len(op.inputs) == 2:
         return [dz, dc]
     b = op.inputs[2]
     return [dz, dc, _sum_to(dz, b, z)]   # a [4u] bias: summed over the batch
+
+
+def _activation_slopes(acts: Tensor) -> Tensor:
+    """d acts / d z, elementwise: a (1 - a) in the sigmoid blocks (i, f, o), 1 - a^2 in
+    the tanh block (j)."""
+    from dcf.ops.array_ops import concat, split
+
+    i, j, f, o = split(acts, 4, axis=1)
+    return concat([i * (1 - i), 1 - j * j, f * (1 - f), o * (1 - o)], axis=1)
+
+
+@RegisterGradient("LSTMGatesGrad")
+def _lstm_gates_grad_grad(op: Any, g_dz: Any, g_dc_prev: Any) -> list:
+    """The gradient of LSTMGatesGrad (second order through an LSTM step), from its
+    formulas: with tc = tanh(c_new), s = 1 - tc^2 and dct = dc + dh o s,
+    dz = [dct j i(1-i), dct i (1-j^2), dct c f(1-f), dh tc o(1-o)], dc_prev = dct f."""
+    from dcf.ops.array_ops import concat, split, zeros_like
+    from dcf.ops.math_ops import tanh
+
+    c, acts, c_new, dc, dh = op.inputs
+    g_dz = g_dz if g_dz is not None else zeros_like(acts)
+    g_dcp = g_dc_prev if g_dc_prev is not None else zeros_like(c)
+    i, j, f, o = split(acts, 4, axis=1)
+    gi, gj, gf, go = split(g_dz, 4, axis=1)
+    tc = tanh(c_new)
+    s = 1 - tc * tc
+    dct = dc + dh * o * s
+    di, dj, df, do = i * (1 - i), 1 - j * j, f * (1 - f), o * (1 - o)
+    g_dct = gi * j * di + gj * i * dj + gf * c * df + g_dcp * f
+    g_acts = concat([dct * (gi * j * (1 - 2 * i) + gj * dj),
+                     dct * (gi * di - 2 * gj * i * j),
+                     dct * (gf * c * (1 - 2 * f) + g_dcp),
+                     dh * (g_dct * s + go * tc * (1 - 2 * o))], axis=1)
+    g_tc = dh * (go * do - 2 * g_dct * o * tc)
+    return [gf * dct * df, g_acts, g_tc * s, g_dct, g_dct * o * s + go * tc * do]
 
 
 def lstm_gates(z: Tensor, c: Tensor, forget_bias: float = 1.0, name: str | None = None,
@@ -648,8 +685,7 @@ register(OpDef("TensorArrayProjectGrad", infer=_project_grad_infer, kernel=_proj
 def _project_grad_grad(op: Any, g: Any, g_h: Any = None) -> list:
     """d/dx and d/dP of sum_t x[t]^T P[t]: P[t] g^T and x[t] g (as TensorArrayStack's
     gradient, the latter scattered into the array's gradient array). With a tied array
-    H, d/dP also gets H[t] g_h; H itself gets none (it is read through its handle: like
-    every value a while_loop saves, it has no second-order path yet)."""
+    H, d/dP also gets H[t] g_h, and H (through its gradient array) gets P[t] g_h^T."""
     from dcf.autodiff.gradients import active_state
     from dcf.ops import array_ops
     from dcf.ops.math_ops import matmul, range as range_
@@ -675,7 +711,16 @@ def _project_grad_grad(op: Any, g: Any, g_h: Any = None) -> list:
     n = apply("TensorArraySizeV3", [handle, flow], name="ta_size")
     f = apply("TensorArrayScatterAccumulate", [gh, range_(n), dp, gflow],
               name="ta_grad_scatter")
-    return [None, dx, f] + [None] * (len(op.inputs) - 3)
+    if len(op.inputs) == 3 or g_h is None:
+        return [None, dx, f] + [None] * (len(op.inputs) - 3)
+    h_handle, h_flow = op.inputs[3:]
+    dh = matmul(array_ops.reshape(p, [-1, units]), g_h, transpose_b=True)
+    dh = array_ops.reshape(dh, array_ops.concat([tb, [op.attrs["tied_rows"]]], 0))
+    ghh, ghflow = apply("TensorArrayGradV3", [h_handle, h_flow], name="ta_grad",
+                        source=active_state().source)
+    fh = apply("TensorArrayScatterAccumulate", [ghh, range_(n), dh, ghflow],
+               name="ta_grad_scatter")
+    return [None, dx, f, None, fh]
 
 
 _TIED_RECORDS = "dcf_rnn_tied_records"
