@@ -8,13 +8,14 @@ else in the run keeps going. An enqueue from any run wakes the waiters.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections import deque
 from typing import Any
 
 import numpy as np
 
 from dcf import dtypes
-from dcf.errors import InvalidArgumentError, OutOfRangeError
+from dcf.errors import CancelledError, InvalidArgumentError, OutOfRangeError
 from dcf.token import WouldBlock
 from dcf.graph import Operation, Tensor, TensorType, get_default_graph, shape_str
 from dcf.ops import state_ops
@@ -26,7 +27,12 @@ __all__ = ["FIFOQueue"]
 
 
 class QueueStore:
-    """The elements of one queue and the futures of ops waiting on it."""
+    """The elements of one queue and the futures of ops waiting on it.
+
+    Runs of an AsyncSession in several threads' event loops share it: its state changes
+    under a lock, and a waiter of another loop is woken through that loop."""
+
+    _PRUNE_AT = 64      # waiters kept before those given up on (timed out) are dropped
 
     def __init__(self, name: str, capacity: int) -> None:
         self.name = name
@@ -34,40 +40,61 @@ class QueueStore:
         self.items: deque = deque()
         self.closed = False
         self._waiters: list[asyncio.Future] = []
+        self._lock = threading.Lock()
 
     def _wait(self) -> asyncio.Future:
         fut = asyncio.get_running_loop().create_future()
+        if len(self._waiters) >= self._PRUNE_AT:
+            self._waiters = [f for f in self._waiters if not f.done()]
         self._waiters.append(fut)
         return fut
 
     def _wake(self) -> None:
         waiters, self._waiters = self._waiters, []
+        if not waiters:
+            return
+        try:
+            here = asyncio.get_running_loop()
+        except RuntimeError:
+            here = None
         for f in waiters:
-            if not f.done():
-                f.set_result(None)
+            loop = f.get_loop()
+            if loop is here:
+                _set_if_waiting(f)
+            elif not loop.is_closed():
+                loop.call_soon_threadsafe(_set_if_waiting, f)
 
     def put(self, elems: list[tuple]) -> None:
-        if self.closed:
-            raise InvalidArgumentError(f"enqueue to closed queue '{self.name}'")
-        if len(self.items) + len(elems) > self.capacity and self.items:
-            raise WouldBlock(self._wait())
-        self.items.extend(elems)
-        self._wake()
+        with self._lock:
+            if self.closed:
+                raise CancelledError(f"enqueue to queue '{self.name}': it is closed")
+            if len(self.items) + len(elems) > self.capacity and self.items:
+                raise WouldBlock(self._wait())
+            self.items.extend(elems)
+            self._wake()
 
     def take(self, n: int | None) -> list[tuple]:
         want = 1 if n is None else n
-        if len(self.items) >= want:
-            out = [self.items.popleft() for _ in range(want)]
-            self._wake()
-            return out
-        if self.closed:
-            raise OutOfRangeError(f"queue '{self.name}' is closed and has {len(self.items)} "
-                                  f"elements, fewer than the {want} requested")
-        raise WouldBlock(self._wait())
+        with self._lock:
+            if len(self.items) >= want:
+                out = [self.items.popleft() for _ in range(want)]
+                self._wake()
+                return out
+            if self.closed:
+                raise OutOfRangeError(f"queue '{self.name}' is closed and has "
+                                      f"{len(self.items)} elements, fewer than the {want} "
+                                      "requested")
+            raise WouldBlock(self._wait())
 
     def close(self) -> None:
-        self.closed = True
-        self._wake()
+        with self._lock:
+            self.closed = True
+            self._wake()
+
+
+def _set_if_waiting(fut: asyncio.Future) -> None:
+    if not fut.done():      # (not given up on: a run that timed out cancels it)
+        fut.set_result(None)
 
 
 def _handle(xp, *, res, node_name, queue_name, capacity):
@@ -170,7 +197,8 @@ class FIFOQueue:
 
     `enqueue(vals)` / `enqueue_many(vals)` add elements; `dequeue()` /
     `dequeue_many(n)` take them, waiting (only that op) while the queue is empty;
-    `close()` makes waiting and later dequeues fail with OutOfRangeError once empty.
+    `close()` makes waiting and later dequeues fail with OutOfRangeError once empty,
+    and enqueues fail with CancelledError.
     With `shapes` (one per component; None for a dimension of any size), an element of
     another shape is refused: a ValueError when the enqueue is built where its shape is
     known, else an InvalidArgumentError when it runs.
@@ -292,5 +320,13 @@ class FIFOQueue:
     def size(self, name: str | None = None) -> Tensor:
         return apply("QueueSizeV2", [self.handle], name=name or "size")
 
-    def close(self, name: str | None = None) -> Operation:
+    def close(self, cancel_pending_enqueues: bool = False, name: str | None = None
+              ) -> Operation:
+        """Later enqueues fail (CancelledError, as TF's); dequeues take what is left,
+        then fail with OutOfRangeError. An enqueue waiting on a full queue fails too,
+        whatever `cancel_pending_enqueues` says (TF lets it finish when room is made,
+        and its close waits for that: a close that can hang)."""
+        if not isinstance(cancel_pending_enqueues, (bool, np.bool_)):
+            raise TypeError(f"FIFOQueue '{self.name}'.close(cancel_pending_enqueues=...) "
+                            f"takes True or False, got {cancel_pending_enqueues!r}")
         return apply("QueueCloseV2", [self.handle], name=name or "close")

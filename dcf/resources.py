@@ -16,13 +16,17 @@ class VarStore:
     A numpy value is made read-only as it is stored: a read of the variable (a fetch, a
     value the user keeps) is its buffer itself, and must not be a way to change it. An
     update writes in place only where nothing else refers to the buffer (state_ops's
-    `_writable`), and the buffer is read-only again once stored."""
+    `_writable`), and the buffer is read-only again once stored. An update that reads
+    the value it replaces (assign_add, a scatter, Adam's) holds `lock` meanwhile, so
+    that runs in several threads lose none of each other's updates (as TF's resource
+    variables)."""
 
-    __slots__ = ("name", "_value")
+    __slots__ = ("name", "_value", "lock")
 
     def __init__(self, name: str, value: Any = None) -> None:
         self.name = name
         self._value = None
+        self.lock = threading.Lock()
         if value is not None:
             self.value = value
 
@@ -85,12 +89,19 @@ class DeviceResources:
     def rng(self, key: str, seed: int | None) -> np.random.Generator:
         """A generator persistent for this session: seeded ops repeat across sessions."""
         g = self._rngs.get(key)
-        if g is None:
-            g = self._rngs[key] = np.random.default_rng(seed)
-        return g
+        return g if g is not None else \
+            self._made(self._rngs, key, lambda: np.random.default_rng(seed))
 
     def queue(self, name: str, factory: Any) -> Any:
         q = self.queues.get(name)
-        if q is None:
-            q = self.queues[name] = factory()
-        return q
+        return q if q is not None else self._made(self.queues, name, factory)
+
+    def _made(self, table: dict, key: str, make: Any) -> Any:
+        """table[key], made by `make()` where it is missing: once, also where runs in
+        several threads ask for it together (each would have made its own: a queue's
+        elements went into one that the other runs never saw)."""
+        with self._lock:
+            v = table.get(key)
+            if v is None:
+                v = table[key] = make()
+            return v

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -41,6 +42,19 @@ class RunOptions:
 
     trace: bool = False
     timeout_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.trace, (bool, np.bool_)):
+            raise TypeError(f"RunOptions(trace=...) takes True or False, got {self.trace!r}")
+        t = self.timeout_s
+        if t is None:
+            return
+        if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, float, np.number)):
+            raise TypeError(f"RunOptions(timeout_s=...) takes a number of seconds or None, "
+                            f"got {t!r}")
+        if not t > 0:       # (nan too)
+            raise ValueError(f"RunOptions(timeout_s={t!r}): give seconds > 0, or None for "
+                             "no limit")
 
 
 @dataclass
@@ -155,6 +169,7 @@ class AsyncSession:
 
             blas.set_threads(self.config.intra_op_threads)
         self._actors: dict[str, DeviceActor] = {}
+        self._making_actor = threading.Lock()   # (runs of several threads start devices)
         self._plans: dict[tuple, _RunPlan] = {}
         self._rendezvous = LocalRendezvous()
         self._closed = False
@@ -162,6 +177,9 @@ class AsyncSession:
         # can cancel them; the ones it cancelled
         self._running: dict[asyncio.Task, int] = {}
         self._cancelled_by_close: set[asyncio.Task] = set()
+        # inline runs in flight that check as they go (a loop's, or one making stacks):
+        # (thread id, its check); one with neither has no point to stop at
+        self._inline: set[tuple] = set()
         self._sid = 0
         if cluster is not None:
             # Runs go to the cluster's I/O loop, which also carries the transport.
@@ -186,13 +204,18 @@ class AsyncSession:
     def _actor(self, dev: str) -> DeviceActor:
         a = self._actors.get(dev)
         if a is None:
-            if DeviceSpec.parse(dev).device_type == "gpu":
-                from dcf.actors.gpu_actor import make_gpu_actor
-
-                a = self._actors[dev] = make_gpu_actor(dev, self.config)
-            else:
-                a = self._actors[dev] = DeviceActor(dev)
+            with self._making_actor:    # one actor per device, and so one set of variables
+                a = self._actors.get(dev)
+                if a is None:
+                    a = self._actors[dev] = self._new_actor(dev)
         return a
+
+    def _new_actor(self, dev: str) -> DeviceActor:
+        if DeviceSpec.parse(dev).device_type == "gpu":
+            from dcf.actors.gpu_actor import make_gpu_actor
+
+            return make_gpu_actor(dev, self.config)
+        return DeviceActor(dev)
 
     # -------------------------------------------------------------- plans
     def _plan(self, fetch_targets: list, feed_tensors: list, structure: Any) -> _RunPlan:
@@ -255,8 +278,9 @@ class AsyncSession:
             return None
         gpu_actors = [self._actor(d) for d in devices if hasattr(self._actor(d), "gpu")]
         key = FUSED + ",".join(sorted(devices))
-        if key not in self._actors:
-            self._actors[key] = FusedActor(gpu_actors)
+        with self._making_actor:
+            if key not in self._actors:
+                self._actors[key] = FusedActor(gpu_actors)
         return (key, plan, list(range(len(feed_tensors))), list(fetch_pos))
 
     # ---------------------------------------------------------------- run
@@ -279,8 +303,8 @@ class AsyncSession:
         feed_tensors, feed_values = _convert_feeds(feed_dict, self.graph)
         rp = self._plan(targets, feed_tensors, structure)
         if rp.remote is not None:
-            step = self._run_cluster(rp, targets, feed_tensors, feed_values, options,
-                                     run_metadata)
+            step = self._run_cluster(rp, targets, structure, feed_tensors, feed_values,
+                                     options, run_metadata)
         else:
             step = self._run_parts(rp, targets, structure, feed_tensors, feed_values,
                                    options, run_metadata)
@@ -301,6 +325,9 @@ class AsyncSession:
                 raise       # the caller cancelled it too: its cancel stands
             raise CancelledError("the session was closed while this run was in flight; "
                                  "the run was aborted on every device") from None
+        except BaseException as e:
+            _let_go_of_values(e)
+            raise
         finally:
             left = running.pop(me) - 1
             if left:
@@ -309,12 +336,17 @@ class AsyncSession:
     async def _cancel_running(self) -> None:
         """Cancel every run in flight and wait until each has unwound (its partitions'
         steps aborted, on workers too); their callers get CancelledError (dcf's)."""
-        tasks = [t for t in self._running if t is not None and not t.done()]
+        tasks = [t for t in list(self._running) if t is not None and not t.done()]
         me = asyncio.current_task()
+        here = asyncio.get_running_loop()
         for t in tasks:
             if t is not me and t not in self._cancelled_by_close:   # (a second close)
                 self._cancelled_by_close.add(t)
-                t.cancel()
+                loop = t.get_loop()
+                if loop is here:
+                    t.cancel()
+                elif not loop.is_closed():  # a run in another thread's loop, maybe asleep
+                    loop.call_soon_threadsafe(t.cancel)
         deadline = time.monotonic() + 10.0
         while any(t in self._running and not t.done() for t in tasks if t is not me) and \
                 time.monotonic() < deadline:
@@ -405,11 +437,17 @@ class AsyncSession:
         else:
             if loops:
                 intr = Interrupt()
-            with intr if loops else _NOTHING, _dropped_if_failed() if rp.stores else _NOTHING:
-                results = self._run_inline_plan(rp.fused is not None, dev, plan, feeds,
-                                                check)
-                if intr.requested:          # it came after the run's last check
-                    raise KeyboardInterrupt
+            in_flight = (threading.get_ident(), check)
+            self._inline.add(in_flight)     # (Session.close waits for it)
+            try:
+                with intr if loops else _NOTHING, \
+                        _dropped_if_failed() if rp.stores else _NOTHING:
+                    results = self._run_inline_plan(rp.fused is not None, dev, plan, feeds,
+                                                    check)
+                    if intr.requested:          # it came after the run's last check
+                        raise KeyboardInterrupt
+            finally:
+                self._inline.discard(in_flight)
         if deadline is not None and time.monotonic() > deadline:
             raise _late(options)    # it ended late (a run with no loop has no check)
         values: list[Any] = [None] * len(targets)
@@ -426,6 +464,15 @@ class AsyncSession:
         if run_metadata is not None:
             run_metadata.step_stats["nodes_fired"] = len(plan.nodes)
         return nest.pack_sequence_as(structure, values)
+
+    def _inline_runs_stopped(self) -> None:
+        """Wait (up to 10 s) until the inline runs of other threads in `_inline` have
+        stopped: each raises CancelledError at its next check once the session is
+        closed."""
+        me = threading.get_ident()
+        deadline = time.monotonic() + 10.0
+        while any(t != me for t, _ in list(self._inline)) and time.monotonic() < deadline:
+            time.sleep(0.001)
 
     def _run_inline_plan(self, fused: bool, dev: str, plan: Any, feeds: list,
                          check: Any) -> list:
@@ -451,8 +498,8 @@ class AsyncSession:
         finally:
             gen.close()
 
-    async def _run_cluster(self, rp: _RunPlan, targets: list, feed_tensors: list,
-                           feed_values: list, options: RunOptions,
+    async def _run_cluster(self, rp: _RunPlan, targets: list, structure: Any,
+                           feed_tensors: list, feed_values: list, options: RunOptions,
                            run_metadata: RunMetadata | None) -> Any:
         """One step over the client's partitions and the workers' (on the I/O loop)."""
         client = self.cluster._client
@@ -500,7 +547,7 @@ class AsyncSession:
                 run_metadata.trace.extend(st.trace)
             run_metadata.step_stats["nodes_fired"] = \
                 sum(ex.fired_total for ex in exs) + st.fired
-        return nest.pack_sequence_as(rp.structure, values)
+        return nest.pack_sequence_as(structure, values)
 
     async def close(self) -> None:
         """Close the session: runs still in flight are cancelled (each raises
@@ -514,6 +561,11 @@ class AsyncSession:
             else:
                 await self._cancel_running()
         if not was_closed and self.cluster is not None:
+            self.cluster._release(self._sid)
+
+    def __del__(self) -> None:
+        # (let go of unclosed, as a TensorFlow session: its workers drop its partitions)
+        if not getattr(self, "_closed", True) and self.cluster is not None:
             self.cluster._release(self._sid)
 
     async def __aenter__(self) -> AsyncSession:
@@ -540,6 +592,33 @@ async def _gather_fail_fast(coros: list) -> list:
         for t in tasks:
             if not t.cancelled():
                 t.exception()     # retrieved (a partition's own interrupt, say): no report
+
+
+_DCF_CODE = (os.path.dirname(os.path.abspath(__file__)) + os.sep, "<dcf ")
+
+
+def _let_go_of_values(e: BaseException) -> None:
+    """A failed run's values go now, not when the caller lets go of its error: dcf's own
+    frames in the error's traceback (and in the errors it chains) hold the run's values
+    -- device memory, on a GPU -- for as long as the error lives (kept by the caller, or
+    by a notebook as sys.last_value), so their locals are cleared; frames of the
+    caller's code (a py_func) keep theirs for debugging."""
+    seen: set[int] = set()
+    todo: list = [e]
+    while todo:
+        x = todo.pop()
+        if x is None or id(x) in seen:
+            continue
+        seen.add(id(x))
+        tb = x.__traceback__
+        while tb is not None:
+            f = tb.tb_frame
+            if f.f_code.co_filename.startswith(_DCF_CODE):
+                with contextlib.suppress(RuntimeError):     # (a frame still running)
+                    f.clear()
+                    _ = f.f_locals  # (empties the copy of the locals an error handler read)
+            tb = tb.tb_next
+        todo += (x.__cause__, x.__context__)
 
 
 @contextlib.contextmanager
@@ -689,6 +768,7 @@ class Session:
         self._driver: threading.Thread | None = None   # the thread running the loop, if one
         self._guests = False           # another thread's run joined the driver's loop
         self._driven = threading.Condition(self._lock)  # notified when a driver lets go
+        self._closing = threading.Lock()    # one close at a time (threads may close at once)
 
     @property
     def graph(self) -> Graph:
@@ -754,22 +834,31 @@ class Session:
     def _start_loop_thread(self) -> None:
         # (under self._lock) from now on the session's loop runs in a thread of its own
         loop = self._private_loop()
-        self._thread = threading.Thread(target=loop.run_forever, daemon=True,
+        self._thread = threading.Thread(target=_serve, args=(loop,), daemon=True,
                                         name="dcf-session-loop")
         self._thread.start()
 
     def run(self, fetches: Any, feed_dict: dict | None = None, options: RunOptions | None = None,
             run_metadata: RunMetadata | None = None) -> Any:
         """Run the graph to compute `fetches`; returns numpy values in their structure."""
-        r = self._async.run_inline(fetches, feed_dict, options, run_metadata)
-        if r is not NOT_INLINE:
-            return r
-        return self._call(self._async.run(fetches, feed_dict, options, run_metadata))
+        try:
+            r = self._async.run_inline(fetches, feed_dict, options, run_metadata)
+            if r is not NOT_INLINE:
+                return r
+            return self._call(self._async.run(fetches, feed_dict, options, run_metadata))
+        except BaseException as e:
+            _let_go_of_values(e)
+            raise
 
     def close(self) -> None:
         """Close the session. A run in flight in another thread is cancelled (it raises
         dcf.errors.CancelledError) and has stopped before this returns; later runs raise
-        RuntimeError."""
+        RuntimeError. Several threads may close it at once: each returns once it is
+        closed."""
+        with self._closing:
+            self._close()
+
+    def _close(self) -> None:
         a = self._async
         if a.cluster is not None:
             if not a._closed:
@@ -782,6 +871,7 @@ class Session:
             a._closed = True
         if self._loop is None:
             a._closed = True        # an inline run in flight stops at its next check
+            a._inline_runs_stopped()
             return
         if a.cluster is None:
             # runs of other threads on this session's loop: cancelled there now (the loop
@@ -804,12 +894,31 @@ class Session:
         if not self._loop.is_running():
             self._loop.close()
         self._loop = None
+        a._inline_runs_stopped()
+
+    def __del__(self) -> None:
+        # let go of unclosed (as a TensorFlow session, it is closed then): its loop and
+        # the loop's thread go (its AsyncSession, going too, releases its cluster session)
+        loop = getattr(self, "_loop", None)
+        if loop is None:
+            return
+        if self._thread is not None:
+            with contextlib.suppress(RuntimeError):     # (closed at interpreter exit)
+                loop.call_soon_threadsafe(loop.stop)    # the thread closes it (_serve)
+        elif not loop.is_running():
+            loop.close()
 
     def __enter__(self) -> Session:
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _serve(loop: asyncio.AbstractEventLoop) -> None:
+    """A session's loop thread: runs its loop until stopped, then closes it."""
+    loop.run_forever()
+    loop.close()
 
 
 def _run_to_end(loop: asyncio.AbstractEventLoop, coro: Any) -> Any:

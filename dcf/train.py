@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 import tempfile
 import weakref
@@ -151,15 +152,22 @@ class Saver:
     A checkpoint is one .npz file (numpy arrays, never pickle). `save` writes a
     temporary file in the same directory, fsyncs it and renames it over the target,
     so a crash mid-save leaves the previous checkpoint intact.
+
+    `var_list` is a list of Variables, saved under their names, or a dict from the
+    names to save them under to Variables (TF1's); None: every variable of the graph.
+    With an AsyncSession, `save` and `restore` return awaitables (`await
+    saver.save(sess, path)`), as its `run` does.
     """
 
-    def __init__(self, var_list: list[Variable] | None = None) -> None:
-        self.var_list = list(var_list) if var_list is not None else global_variables()
-        if not self.var_list:
+    def __init__(self, var_list: list[Variable] | dict[str, Variable] | None = None
+                 ) -> None:
+        named = _named_variables(global_variables() if var_list is None else var_list)
+        if not named:
             raise ValueError("Saver: there are no variables to save")
-        names = [v.name for v in self.var_list]
-        if len(set(names)) != len(names):
-            raise ValueError(f"Saver: duplicate variable names in {names}")
+        self._keys = [k for k, _ in named]
+        self.var_list = [v for _, v in named]
+        if len(set(self._keys)) != len(self._keys):
+            raise ValueError(f"Saver: duplicate variable names in {self._keys}")
         g = self.var_list[0].graph
         with g.as_default(), g.name_scope("save"):
             self._reads = [v.read_value() for v in self.var_list]
@@ -167,17 +175,28 @@ class Saver:
             self._restore = group(*[v.assign(p) for v, p in zip(self.var_list, self._feeds)],
                                   name="restore_all")
 
-    def save(self, sess: Any, save_path: str) -> str:
-        """Write every variable's value to `save_path` (atomically); returns the path."""
+    def save(self, sess: Any, save_path: str) -> Any:
+        """Write every variable's value to `save_path` (atomically); returns the path (an
+        awaitable of it, from an AsyncSession)."""
+        path = _npz_path(save_path)
         values = sess.run(self._reads)
-        path = save_path if save_path.endswith(".npz") else save_path + ".npz"
+        if inspect.isawaitable(values):        # an AsyncSession's run
+            return self._write_when_read(values, path)
+        self._write(path, values)
+        return path
+
+    async def _write_when_read(self, values: Any, path: str) -> str:
+        self._write(path, await values)
+        return path
+
+    def _write(self, path: str, values: list) -> None:
         directory = os.path.dirname(os.path.abspath(path))
         os.makedirs(directory, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".ckpt-", suffix=".tmp", dir=directory)
         try:
             os.chmod(tmp, 0o666 & ~_umask())   # (mkstemp's 0600 is for its name only)
             with os.fdopen(fd, "wb") as f:
-                _write_npz(f, [(v.name, val) for v, val in zip(self.var_list, values)])
+                _write_npz(f, list(zip(self._keys, values)))
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
@@ -190,21 +209,38 @@ class Saver:
             if os.path.exists(tmp):
                 os.unlink(tmp)
             raise
-        return path
 
-    def restore(self, sess: Any, save_path: str) -> None:
-        """Assign every variable the value stored in `save_path`."""
-        path = save_path if save_path.endswith(".npz") else save_path + ".npz"
+    def restore(self, sess: Any, save_path: str) -> Any:
+        """Assign every variable the value stored in `save_path` (all of them, or none
+        where a value is missing or does not fit)."""
+        path = _npz_path(save_path)
         with np.load(path, allow_pickle=False) as data:
-            missing = [v.name for v in self.var_list if v.name not in data.files]
+            missing = [k for k in self._keys if k not in data.files]
             if missing:
                 raise KeyError(f"checkpoint {path} has no values for {missing}")
             feed = {}
-            for v, p in zip(self.var_list, self._feeds):
-                value = data[v.name]
+            for k, v, p in zip(self._keys, self.var_list, self._feeds):
+                value = data[k]
                 _check_restorable(v, value, path)
                 feed[p] = value
-        sess.run(self._restore, feed)
+        return sess.run(self._restore, feed)     # (an awaitable, from an AsyncSession)
+
+
+def _named_variables(var_list: Any) -> list[tuple[str, Variable]]:
+    """(name in the checkpoint, Variable) pairs of a Saver's var_list."""
+    if isinstance(var_list, dict):
+        named = list(var_list.items())
+    else:
+        named = [(getattr(v, "name", None), v) for v in var_list]
+    for key, v in named:
+        if not isinstance(v, Variable) or not isinstance(key, str):
+            raise TypeError(f"Saver: var_list takes Variables, or a dict from names (str) "
+                            f"to Variables; got {key!r}: {v!r}")
+    return named
+
+
+def _npz_path(save_path: str) -> str:
+    return save_path if save_path.endswith(".npz") else save_path + ".npz"
 
 
 def _write_npz(f: Any, items: list) -> None:

@@ -11,7 +11,8 @@ from dcf import dtypes
 from dcf.errors import InvalidArgumentError
 from dcf.graph import Operation, Tensor, TensorType, get_default_graph
 from dcf.ops.registry import (
-    OpDef, apply, constant_value, convert_in, convert_to_tensor, not_differentiable, register,
+    Kind, OpDef, apply, constant_value, convert_in, convert_to_tensor, not_differentiable,
+    register,
 )
 
 __all__ = ["Variable", "global_variables_initializer", "trainable_variables",
@@ -58,6 +59,10 @@ def _bind_read(xp, *, dtype, shape=None):
 
 
 _read_kernel.bind = _bind_read  # type: ignore[attr-defined]
+
+
+def _is_initialized_kernel(xp, handle):
+    return xp.asarray(handle.value is not None)
 
 
 # A variable keeps the shape it was created with (its reads carry it as their static
@@ -124,14 +129,19 @@ def _updated(handle, new, old, what: str):
     return new
 
 
+# An update that reads the value it replaces holds the variable's lock (VarStore.lock):
+# runs of one session in several threads then lose none of each other's updates, as
+# TF's resource variables (whose updates always lock).
 def _assign_add_kernel(xp, handle, delta, *, dtype, shape=None):
-    old = _read_kernel(xp, handle, dtype=dtype)
-    return _updated(handle, old + delta, old, "add to")
+    with handle.lock:
+        old = _read_kernel(xp, handle, dtype=dtype)
+        return _updated(handle, old + delta, old, "add to")
 
 
 def _assign_sub_kernel(xp, handle, delta, *, dtype, shape=None):
-    old = _read_kernel(xp, handle, dtype=dtype)
-    return _updated(handle, old - delta, old, "subtract from")
+    with handle.lock:
+        old = _read_kernel(xp, handle, dtype=dtype)
+        return _updated(handle, old - delta, old, "subtract from")
 
 
 # ------------------------------------------------------------------ scatter
@@ -209,6 +219,10 @@ def _adam_update(xp, beta1, beta2, epsilon, dtype, flush_every=None):
     updates = 0
 
     def apply_adam(var_h, m_h, v_h, lr, grad):
+        with var_h.lock:        # (m and v are var's own: its lock covers them)
+            return update(var_h, m_h, v_h, lr, grad)
+
+    def update(var_h, m_h, v_h, lr, grad):
         nonlocal updates
         for h in (var_h, m_h, v_h):
             if h.value is None:
@@ -307,13 +321,14 @@ def apply_adam(var: Variable, m: Variable, v: Variable, lr: Any, grad: Any, beta
 
 
 def _scatter_update_kernel(xp, handle, indices, updates, *, dtype, mode, shape=None):
-    new = _own_buffer(handle)
-    if mode == "update":
-        new[indices] = updates
-    else:
-        xp.add.at(new, indices, updates)
-    handle.value = new
-    return new
+    with handle.lock:
+        new = _own_buffer(handle)
+        if mode == "update":
+            new[indices] = updates
+        else:
+            xp.add.at(new, indices, updates)
+        handle.value = new
+        return new
 
 
 def _bind_scatter(xp, *, dtype, mode, shape=None):
@@ -321,26 +336,28 @@ def _bind_scatter(xp, *, dtype, mode, shape=None):
         ndarray = np.ndarray
 
         def scatter(handle, indices, updates):
-            new = _own_buffer(handle)
-            if type(indices) is ndarray and indices.shape == (1,) and \
-                    type(updates) is ndarray and updates.shape[:1] == (1,) and \
-                    updates.ndim == new.ndim:
-                # one row (a replay write): basic indexing, ~0.3 us instead of ~1.2 us
-                # for new[indices] = updates; the same row, the same values, the same
-                # IndexError out of range
-                new[indices[0]] = updates[0]
-            else:
-                new[indices] = updates
-            handle.value = new
-            return new
+            with handle.lock:
+                new = _own_buffer(handle)
+                if type(indices) is ndarray and indices.shape == (1,) and \
+                        type(updates) is ndarray and updates.shape[:1] == (1,) and \
+                        updates.ndim == new.ndim:
+                    # one row (a replay write): basic indexing, ~0.3 us instead of ~1.2
+                    # us for new[indices] = updates; the same row, the same values, the
+                    # same IndexError out of range
+                    new[indices[0]] = updates[0]
+                else:
+                    new[indices] = updates
+                handle.value = new
+                return new
     else:
         add_at = xp.add.at
 
         def scatter(handle, indices, updates):
-            new = _own_buffer(handle)
-            add_at(new, indices, updates)
-            handle.value = new
-            return new
+            with handle.lock:
+                new = _own_buffer(handle)
+                add_at(new, indices, updates)
+                handle.value = new
+                return new
     return scatter
 
 
@@ -359,6 +376,8 @@ register(OpDef("VarHandleOp", infer=_var_handle_infer, kernel=_handle_kernel, re
                host_only=False))
 register(OpDef("ReadVariableOp", infer=lambda h, *, dtype, shape: TensorType(dtype, shape),
                kernel=_read_kernel, stateful=True))
+register(OpDef("VarIsInitializedOp", infer=lambda h: TensorType(dtypes.bool_, ()),
+               kernel=_is_initialized_kernel, stateful=True))
 register(OpDef("AssignVariableOp", infer=_value_infer, kernel=_assign_kernel, stateful=True))
 register(OpDef("AssignAddVariableOp", infer=_value_infer, kernel=_assign_add_kernel,
                stateful=True))
@@ -368,8 +387,9 @@ register(OpDef("ResourceScatter", infer=lambda h, i, u, *, dtype, mode, shape:
                TensorType(dtype, shape), kernel=_scatter_update_kernel, stateful=True))
 register(OpDef("ResourceApplyAdam", infer=_apply_adam_infer, kernel=_apply_adam_kernel,
                stateful=True))
-not_differentiable("VarHandleOp", "ReadVariableOp", "AssignVariableOp", "AssignAddVariableOp",
-                   "AssignSubVariableOp", "ResourceScatter", "ResourceApplyAdam")
+not_differentiable("VarHandleOp", "ReadVariableOp", "VarIsInitializedOp", "AssignVariableOp",
+                   "AssignAddVariableOp", "AssignSubVariableOp", "ResourceScatter",
+                   "ResourceApplyAdam")
 
 
 class Variable:
@@ -402,7 +422,7 @@ class Variable:
             self.name = scope.rstrip("/")
             if callable(initial_value):
                 initial_value = initial_value()
-            init = convert_to_tensor(initial_value, dtype=dtype)
+            init = _guard_uninitialized_reads(convert_to_tensor(initial_value, dtype=dtype))
             if init.shape is None or any(d is None for d in init.shape):
                 static = constant_value(init)
                 shape = None if static is None else tuple(static.shape)
@@ -442,6 +462,19 @@ class Variable:
 
     def _as_tensor(self) -> Tensor:
         return self.read_value()
+
+    def initialized_value(self) -> Tensor:
+        """The variable's value where it is initialized, else its initial value (TF1's):
+        what to initialize another variable from, whichever initializer runs first."""
+        from dcf.control_flow import cond
+
+        g = self.graph
+        with g.as_default(), g._control_flow_context(None), g.device(self.device or None), \
+                g.name_scope(None):
+            is_set = apply("VarIsInitializedOp", [self.handle],
+                           name=f"{self.name}/IsInitialized")
+            return cond(is_set, self.read_value, lambda: self.initial_value,
+                        name=f"{self.name}/initialized_value")
 
     def _fetch_tensor(self) -> Tensor:
         """The read that `Session.run(variable)` fetches: made once, at the graph's root
@@ -491,6 +524,48 @@ class Variable:
         if item.startswith("__") or item in ("handle", "_snapshot"):
             raise AttributeError(item)
         return getattr(self.read_value(), item)
+
+
+def _guard_uninitialized_reads(init: Tensor) -> Tensor:
+    """An initial value computed from other variables' reads, built again on each one's
+    initialized_value() (TF1's guard), so that global_variables_initializer() gives the
+    same values whichever variable it initializes first. The ops between the reads and
+    `init` are copied (the user's own stay as they are); an initial value whose reads
+    reach it through control flow or another stateful op is left as it is."""
+    ops = sorted(_ancestors(init.op), key=lambda o: o._id)
+    if not any(op.type == "ReadVariableOp" for op in ops):
+        return init
+    g = init.graph
+    owners = {v.handle: v for v in g.get_collection("variables")}
+    reads = {op for op in ops if op.type == "ReadVariableOp" and op.ctx is None and
+             op.inputs[0] in owners}
+    between: dict[Operation, None] = {}       # (in order)
+    for op in ops:
+        if op not in reads and any(t.op in reads or t.op in between for t in op.inputs):
+            if op.ctx is not None or op.opdef is None or op.opdef.kind != Kind.KERNEL or \
+                    op.opdef.stateful:
+                return init
+            between[op] = None
+    new = {op.outputs[0]: owners[op.inputs[0]].initialized_value() for op in reads}
+    for op in between:
+        with g.device(op.device or None):
+            out = apply(op.type, [new.get(t, t) for t in op.inputs], name=_leaf(op.name),
+                        control_inputs=list(op.control_inputs), **op.attrs)
+        new.update(zip(op.outputs, out if isinstance(out, tuple) else (out,)))
+    return new.get(init, init)
+
+
+def _ancestors(op: Operation) -> set[Operation]:
+    """`op` and every op it depends on (through data and control inputs)."""
+    seen = {op}
+    stack = [op]
+    while stack:
+        cur = stack.pop()
+        for dep in [t.op for t in cur.inputs] + cur.control_inputs:
+            if dep not in seen:
+                seen.add(dep)
+                stack.append(dep)
+    return seen
 
 
 def _leaf(name: str) -> str:
