@@ -23,6 +23,11 @@ class DeviceSpec:
             return DeviceSpec()
         if isinstance(spec, DeviceSpec):
             return spec
+        if not isinstance(spec, str):
+            raise TypeError(
+                f"a device is a string such as '/gpu:0' or '/job:worker/task:1/cpu:0' (or "
+                f"None), not {type(spec).__name__} {spec!r}; device functions (TF's "
+                "tf.device(fn)) are not supported: place ops with nested dcf.device scopes")
         job = task = dtype = index = None
         for part in spec.strip("/").split("/"):
             m = _PART.match(part)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from dcf import dtypes
+from dcf import dtypes, gpu_devices
 from dcf.device import DeviceSpec
 from dcf.errors import InvalidArgumentError
 from dcf.graph import Operation
@@ -44,7 +44,7 @@ def place(ops: list[Operation], default_device: str, exists: Callable[[str], boo
     dev: dict[Operation, str] = {}
 
     def resolve(op: Operation) -> str:
-        spec = DeviceSpec.parse(op.device).merged_over(default)
+        spec = _this_process(DeviceSpec.parse(op.device).merged_over(default))
         if spec.device_type is None:
             spec = DeviceSpec(spec.job, spec.task, "cpu", 0)
         d = OPS.get(op.type)
@@ -61,10 +61,30 @@ def place(ops: list[Operation], default_device: str, exists: Callable[[str], boo
         if not exists(dev[op]):
             raise InvalidArgumentError(
                 f"{op.type} '{op.name}' is placed on {dev[op]}, which does not exist in this "
-                "session" + (" (no GPU is visible)" if "gpu" in dev[op] else ""))
+                "session" + _gpus_seen(dev[op]))
     if process_of is not None:
         _check_resource_edges(ops, dev, process_of)
     return dev
+
+
+def _this_process(spec: DeviceSpec) -> DeviceSpec:
+    """TF's full name of this process's devices ("/job:localhost/replica:0/task:0/...")
+    as the short one, so that both name the same device (one actor, no copies)."""
+    if spec.job == "localhost" and spec.task in (None, 0):
+        return DeviceSpec(None, None, spec.device_type, spec.index)
+    return spec
+
+
+def _gpus_seen(device: str) -> str:
+    """What a missing GPU's error adds: the GPUs this process has."""
+    spec = DeviceSpec.parse(device)
+    if spec.device_type != "gpu" or spec.job is not None:
+        return ""
+    n = gpu_devices.count()
+    if n == 0:
+        return " (no GPU is visible)"
+    return " (this process has 1 GPU: /gpu:0)" if n == 1 else \
+        f" (this process has {n} GPUs: /gpu:0 to /gpu:{n - 1})"
 
 
 def _apply_rules(ops: list[Operation], dev: dict[Operation, str]) -> bool:

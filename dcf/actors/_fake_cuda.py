@@ -10,7 +10,8 @@ arrays live in host memory but behave like cupy's where it matters for dcf --
   device array with a numpy array raises TypeError;
 - reductions and indexing return 0-d device arrays, never numpy scalars;
 - each device has a memory pool with ``used_bytes``/``set_limit``; an allocation past
-  the limit raises ``OutOfMemoryError`` (a MemoryError), as cupy's pool does;
+  the limit raises ``OutOfMemoryError`` (a MemoryError), as cupy's pool does, unless
+  the pool's cached blocks can serve it (cupy's limit bounds the bytes the pool holds);
 - streams and events exist (``record``, ``wait_event``, ``query``); copies complete at
   once, so events are always done.
 
@@ -67,7 +68,9 @@ class _Pool:
         return self.limit
 
     def alloc(self, nbytes: int) -> None:
-        if self.limit and self.used + nbytes > self.limit:
+        # as cupy's pool: the limit bounds what the pool holds (in use and cached), and a
+        # request its cached blocks can serve is served whatever the limit
+        if self.limit and self.used + nbytes > max(self.limit, self.peak):
             raise OutOfMemoryError(nbytes, self.used, self.limit)
         self.used += nbytes
         self.peak = max(self.peak, self.used)

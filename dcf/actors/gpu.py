@@ -228,6 +228,10 @@ class GpuDevice:
         self.swap_threshold = float(threshold)
         with self._device:
             self.pool.set_limit(size=self.limit or 0)
+            if self.limit and self.pool.total_bytes() > self.limit:
+                # cupy's pool serves requests from its cached blocks whatever its limit
+                # (which bounds the bytes it holds): those of an earlier, larger budget go
+                self.pool.free_all_blocks()
         self.swapper.reset()
 
     @property
