@@ -17,7 +17,7 @@ import dcf
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 PAGES = ("control-flow.md", "gradients.md", "devices-and-clusters.md",
-         "gpus-and-swapping.md", "rl.md", "services.md")
+         "gpus-and-swapping.md", "rl.md", "services.md", "variables-and-checkpoints.md")
 _FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 
 
