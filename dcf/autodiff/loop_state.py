@@ -169,6 +169,15 @@ class GradWhileContext(_GradMixin, WhileContext):
         if got is not None:
             return got
         g = t.graph
+        if t.op.type == "Const":
+            # a constant of the forward loop's body: made again where it is needed (as
+            # TF1's backward loops do), not pushed and popped once per iteration
+            with g._control_flow_context(pop_ctx), g.control_dependencies(None), \
+                    g.device(t.op.device or None):
+                c = apply("Const", [], name=t.op.name.rsplit("/", 1)[-1],
+                          value=t.op.attrs["value"], dtype=t.dtype)
+            self._saved[key] = c  # type: ignore[index]
+            return c
         w = self.forward
         with g._control_flow_context(w.outer), g.control_dependencies(None):
             handle = apply("StackV2", [], name="stack", elem_type=t.dtype,
