@@ -80,8 +80,10 @@ def compile_frames(plan: ExecPlan) -> None:
                                                        not compilable(f.parent)):
             try:
                 f.compiled = CompiledFrame(f, plan, info_of)
-            except _NotCompilable:
+            except _NotCompilable as e:
                 f.compiled = None  # the tagged-token executor runs it
+                if isinstance(e, _TooDeep):
+                    ok[f.name] = False  # (and the loops in it are compiled each alone)
 
 
     if all(compilable(c) for c in plan.root.children) and \
@@ -273,9 +275,8 @@ class _Codegen:
             self.env[f"_X{x.id}"] = x
         src = "\n".join(self.lines)
         fname = f"<dcf frame {f.name} #{next(_counter)}>"
-        code = compile(src, fname, "exec")
         ns: dict[str, Any] = dict(self.env)
-        exec(code, ns)
+        exec(_compiled(src, fname), ns)
         gen_fn = ns["frame"]
         line_node = self.line_node
         _register_yields(gen_fn, fname, self.yield_sites)
@@ -305,7 +306,7 @@ class _Codegen:
         src = "\n".join(self.lines)
         fname = f"<dcf root #{next(_counter)}>"
         ns: dict[str, Any] = dict(self.env)
-        exec(compile(src, fname, "exec"), ns)
+        exec(_compiled(src, fname), ns)
         _register_yields(ns["root"], fname, self.yield_sites)
         return _with_errors(ns["root"], fname, self.line_node)
 
@@ -1338,6 +1339,23 @@ def _all_exits(g: FrameInfo) -> list[NodeInfo]:
 
 class _NotCompilable(Exception):
     pass
+
+
+class _TooDeep(_NotCompilable):
+    """Generated code that Python cannot compile: loops nested past its limit on nested
+    blocks (20), or an expression nested too deep for its compiler."""
+
+
+def _compiled(src: str, fname: str) -> Any:
+    """The code object of generated source (_TooDeep where Python cannot compile it)."""
+    try:
+        return compile(src, fname, "exec")
+    except SyntaxError as e:
+        if "nested blocks" not in str(e):
+            raise   # (a fault of the generator's: not to be hidden)
+        raise _TooDeep(f"{fname}: {e}") from None
+    except (RecursionError, MemoryError) as e:
+        raise _TooDeep(f"{fname}: {e!r}") from None
 
 
 # generated code's file name -> {line of a loop's yield: (frame name, its counter)}

@@ -346,12 +346,12 @@ class Graph:
             self._control_stack.pop()
 
     def _current_control_inputs(self) -> list[Operation]:
-        out: list[Operation] = []
+        out: dict[Operation, None] = {}     # (ordered, and a set: a scope of 20k ops)
         for entry in reversed(self._control_stack):
             if entry is None:
                 break
-            out.extend(e for e in entry if e not in out)
-        return out
+            out.update(dict.fromkeys(entry))
+        return list(out)
 
     @contextlib.contextmanager
     def _control_flow_context(self, ctx: ControlFlowContext | None) -> Iterator[None]:
@@ -387,10 +387,8 @@ class Graph:
             cur = self._ctx if ctx == "current" else ctx
             fctx = (cur.while_ctx if cur is not None else None) if frame_ctx == "current" \
                 else frame_ctx
-            cins = list(control_inputs or ())
-            for c in self._current_control_inputs():
-                if c not in cins:
-                    cins.append(c)
+            cins = list(dict.fromkeys([*(control_inputs or ()),
+                                       *self._current_control_inputs()]))
             if cur is not None and cins and capture_controls:
                 cins = [cur.capture_control(c) for c in cins]
             if cur is not None and not inputs and not cins:

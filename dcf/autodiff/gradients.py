@@ -360,28 +360,45 @@ def vjp(state: GradState, ys: list[Tensor], xs: list[Tensor], grad_ys: list,
     seen: set[int] = set()
     reaches: dict[int, bool] = {}
 
-    def visit(u: _Unit) -> bool:
-        k = id(u)
-        if k in reaches:
-            return reaches[k]
-        reaches[k] = False  # cycles cannot happen at one level
+    def entered(u: _Unit) -> list:
+        """[unit, whether it reaches, its inputs left to walk]: a unit the walk enters."""
+        reaches[id(u)] = False  # cycles cannot happen at one level
         r = u.kind == "op" and u.obj in state.graph._pop_source
         if u.kind != "op" and _has_inner_target(u, state):
             r = True
-        for t in u.inputs:
-            if t in stops:
-                continue
-            if t in xset:
-                r = True
-            pu = units.of(t)
-            if pu is not None and t not in ends:
-                if visit(pu):
-                    r = True
-        reaches[k] = r
-        if r and k not in seen:
-            seen.add(k)
-            order.append(u)
-        return r
+        return [u, r, iter(u.inputs)]
+
+    def visit(root: _Unit) -> bool:
+        # (with a stack of its own, not Python's: a chain of thousands of ops is walked
+        # as any other graph)
+        if id(root) in reaches:
+            return reaches[id(root)]
+        path = [entered(root)]
+        while path:
+            top = path[-1]
+            for t in top[2]:
+                if t in stops:
+                    continue
+                if t in xset:
+                    top[1] = True
+                pu = units.of(t)
+                if pu is None or t in ends:
+                    continue
+                if id(pu) not in reaches:
+                    path.append(entered(pu))
+                    break
+                if reaches[id(pu)]:
+                    top[1] = True
+            else:
+                path.pop()
+                u, r, _ = top
+                reaches[id(u)] = r
+                if r and id(u) not in seen:
+                    seen.add(id(u))
+                    order.append(u)
+                if r and path:
+                    path[-1][1] = True
+        return reaches[id(root)]
 
     grads: dict[Tensor, list[Tensor]] = {}
     ys, grad_ys = list(ys), list(grad_ys)

@@ -38,6 +38,13 @@ FUSIBLE: dict[str, str] = {
 }
 _names = itertools.count()
 
+# Bounds on one fused tree: a longer chain of elementwise ops becomes several kernels,
+# so that a chain of thousands of ops compiles in bounded recursion, and an op that
+# repeats its input in its expression (Square: "({0} * {0})") cannot double the text
+# of a kernel at every link.
+MAX_DEPTH = 64
+MAX_EXPRESSION = 4096    # characters
+
 
 def fusion_groups(frame_nodes: list, gpu_of: dict,
                   inputs_of: Any) -> dict[int, tuple[list, list, str, tuple]]:
@@ -63,23 +70,40 @@ def fusion_groups(frame_nodes: list, gpu_of: dict,
                     dst.kind == Kind.KERNEL and gpu_of.get(dst.id) is gpu_of[p.id]:
                 absorbable[p.id] = p
     groups: dict[int, tuple[list, list, str, tuple]] = {}
-    for n in frame_nodes:
-        if n.kind != Kind.KERNEL or n.type not in FUSIBLE or n.id not in gpu_of or \
-                n.id in absorbable:
-            continue
+    roots = [n for n in frame_nodes if n.kind == Kind.KERNEL and n.type in FUSIBLE and
+             n.id in gpu_of and n.id not in absorbable]
+    while roots:
+        n = roots.pop()
         absorbed: list = []
         leaves: list = []
         leaf_index: dict[tuple, int] = {}
 
-        def expr(node: Any) -> tuple[str, tuple]:
+        def absorb(src: tuple, depth: int) -> tuple[str, tuple] | None:
+            """src's tree as part of this one, or None where that would pass the
+            bounds: src is then a leaf here and the root of a tree of its own."""
+            marks = len(absorbed), len(leaves)
+            if depth < MAX_DEPTH:
+                absorbed.append(src[0])
+                e, t = expr(src[0], depth + 1)
+                if len(e) <= MAX_EXPRESSION:
+                    return e, t
+                del absorbed[marks[0]:], leaves[marks[1]:]
+                for key in [k for k, i in leaf_index.items() if i >= marks[1]]:
+                    del leaf_index[key]
+            del absorbable[src[0].id]
+            roots.append(src[0])
+            return None
+
+        def expr(node: Any, depth: int = 0) -> tuple[str, tuple]:
             args, sub = [], []
             for src in inputs_of(node):
+                tree = None
                 if src is not None and src[0] is not None and \
                         absorbable.get(src[0].id) is src[0]:
-                    absorbed.append(src[0])
-                    e, t = expr(src[0])
-                    args.append(e)
-                    sub.append(t)
+                    tree = absorb(src, depth)
+                if tree is not None:
+                    args.append(tree[0])
+                    sub.append(tree[1])
                 else:
                     if src is None or src[0] is None:
                         leaves.append(None)   # not fusible: refused below
