@@ -35,6 +35,17 @@ class _ContextBase(ControlFlowContext):
 
     def add_op(self, op: Operation) -> None:
         self.ops.append(op)
+        # An op with no inputs whose control inputs all come from outside (TF's rule)
+        # would run whether or not the branch is taken, or in every iteration and the
+        # exit one too: tie it to the pivot as well.
+        piv = self._pivot
+        if piv is not None and op is not piv and not op.inputs and \
+                not any(self._fires_here(c) for c in op.control_inputs):
+            op._add_control_input(piv)
+
+    def _fires_here(self, op: Operation) -> bool:
+        """Whether `op` runs only where this context runs (a branch taken, an iteration)."""
+        return op.ctx is not None and self in op.ctx.chain()
 
     def _is_inside(self, t: Tensor) -> bool:
         if t in self._internal:
@@ -159,9 +170,17 @@ class WhileContext(_ContextBase):
         piv = self._pivot
         if piv is None or op is piv or op.type == "Enter" or not op.inputs:
             return
-        if all(t.op.type == "Enter" and t.op.attrs.get("is_constant") and t.op.ctx is self
-               for t in op.inputs) and not op.control_inputs:
+        if all(self._is_constant_enter(t.op) for t in op.inputs) and \
+                not any(self._fires_here(c) for c in op.control_inputs):
             op._add_control_input(piv)
+
+    def _is_constant_enter(self, op: Operation) -> bool:
+        return op.type == "Enter" and op.attrs.get("is_constant") and op.ctx is self
+
+    def _fires_here(self, op: Operation) -> bool:
+        # a loop constant (and a control input from outside, which enters as one) holds
+        # in every iteration, the exit one too
+        return super()._fires_here(op) and not self._is_constant_enter(op)
 
     def capture_control(self, op: Operation) -> Operation:
         if op.ctx is not None and self in op.ctx.chain():

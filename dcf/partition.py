@@ -10,9 +10,8 @@ own machinery for that frame, whose Merge then triggers them, or receives a loop
 variable's body value (its pivot: dead in the last iteration only), which then drives
 the control loop instead of the predicate: Enter -> Merge -> the Recvs,
 NextIteration(that Recv), no predicate message and no Switch. A control edge from a
-loop's own per-iteration trigger (a loop variable's Merge, the body pivot) to another
-device is re-tied to the same trigger of that device's control loop instead of becoming
-a message.
+loop variable's body pivot to another device, where the predicate reads that variable,
+is re-tied to the pivot of that device's control loop instead of becoming a message.
 """
 
 from __future__ import annotations
@@ -106,10 +105,11 @@ def partition(ops: list[Operation], device_of: dict[Operation, str],
             pivot_recvs.setdefault((dst_dev, frame), r)
         return r
 
-    # A control edge from a loop's per-iteration trigger (a loop variable's Merge, or the
-    # body's Identity pivot) to an op of the same frame on another device needs no
-    # message: that device's control loop has the same trigger (see below).
-    retied: list[tuple[PNode, str, int]] = []    # (op, frame, 0 = merge / 1 = pivot)
+    # A control edge from a loop variable's body pivot to an op of the same frame on
+    # another device needs no message where the predicate reads that variable: that
+    # device's control loop fires its own pivot no earlier (see below). An edge from a
+    # Merge does: another device's Merge may fire before this one has its value.
+    retied: list[tuple[PNode, str, int]] = []    # (op, frame, 1 = pivot)
     for p in list(pn.values()):
         for k, inp in enumerate(p.inputs):
             if inp is None or inp[0].type == "_Feed":
@@ -124,7 +124,7 @@ def partition(ops: list[Operation], device_of: dict[Operation, str],
                     kept.append(c)
                     continue
                 trig = _iteration_trigger(c)
-                if trig is not None and c.frame == p.frame and p.frame:
+                if trig == 1 and c.frame == p.frame and p.frame and _pred_waits_for(c.op):
                     retied.append((p, p.frame, trig))
                 else:
                     kept.append(cut(c, 0, p.device, control=True))
@@ -264,6 +264,27 @@ def _iteration_trigger(c: PNode) -> int | None:
     if op.type == "Identity" and op in getattr(ctx, "body_inputs", ()):
         return 1
     return None
+
+
+def _pred_waits_for(pivot: Operation) -> bool:
+    """Whether the loop's predicate reads the Merge of the loop variable whose body pivot
+    is `pivot`: then every device's control loop fires its own pivot only after that
+    Merge, as `pivot` does, and a control edge from `pivot` may hang off it. Otherwise
+    the edge orders its op after the variable's value (after the side effects that made
+    it, TF1's control_dependencies), which another device learns only from a message."""
+    ctx = pivot.frame_ctx
+    merge = ctx.merges[ctx.body_inputs.index(pivot)]
+    seen: set[int] = set()
+    todo = [ctx.loop_cond]
+    while todo:
+        op = todo.pop()
+        if op is merge:
+            return True
+        if id(op) in seen or op.frame_ctx is not ctx or op in ctx.merges:
+            continue
+        seen.add(id(op))
+        todo += [t.op for t in op.inputs] + list(op.control_inputs)
+    return False
 
 
 def _real_triggers(ops: list[Operation], pn: dict) -> dict[tuple[str, str], tuple]:
