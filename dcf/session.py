@@ -144,6 +144,30 @@ class _RunPlan:
     stores: bool = False   # it makes stacks or TensorArrays: a failed run drops them
 
 
+def _id_order(items: list) -> list[int] | None:
+    """The positions of `items` in the order of their ids (the order a plan is built
+    in), or None where they are in it already."""
+    order = sorted(range(len(items)), key=lambda i: id(items[i]))
+    return None if order == list(range(len(items))) else order
+
+
+def _in_order(items: list, order: list[int] | None) -> list:
+    return items if order is None else [items[i] for i in order]
+
+
+def _reordered(rp: _RunPlan, fetch_targets: list, fetch_order: list[int] | None,
+               feed_tensors: list, feed_order: list[int] | None, structure: Any) -> _RunPlan:
+    """`rp`, built for the fetches and feeds in id order, for them in the caller's order:
+    the same partitions, their feed and fetch positions mapped."""
+    def moved(dev: str, plan: Any, feed_idx: list, fetch_idx: list) -> tuple:
+        return (dev, plan,
+                feed_idx if feed_order is None else [feed_order[k] for k in feed_idx],
+                fetch_idx if fetch_order is None else [fetch_order[k] for k in fetch_idx])
+
+    return _RunPlan([moved(*p) for p in rp.parts], fetch_targets, structure, feed_tensors,
+                    None, None if rp.fused is None else moved(*rp.fused), rp.stores)
+
+
 _step_ids = itertools.count(1)
 NOT_INLINE = object()  # run_inline's answer when the run needs the actors
 
@@ -223,6 +247,19 @@ class AsyncSession:
         rp = self._plans.get(key)
         if rp is not None:
             return rp
+        if self.cluster is None:
+            fetch_order = _id_order(fetch_targets)
+            feed_order = _id_order(feed_tensors)
+            if fetch_order is not None or feed_order is not None:
+                # the same fetches or feeds in another order share one plan (as TF1's
+                # executors): a service that lists them in each request's order would
+                # otherwise build a plan per order
+                rp = _reordered(self._plan(_in_order(fetch_targets, fetch_order),
+                                           _in_order(feed_tensors, feed_order), structure),
+                                fetch_targets, fetch_order, feed_tensors, feed_order,
+                                structure)
+                self._plans[key] = rp
+                return rp
         for x in fetch_targets:
             _check_fetchable(x)
         ops = _prune(fetch_targets, feed_tensors)
