@@ -531,13 +531,15 @@ def _flat_invariants(shape_invariants: Any, structure: Any, single: bool, fname:
 def _check_invariant(fname: str, k: int, v: Tensor, inv: Any) -> None:
     """A shape invariant may only relax the shape a loop var enters with (TF's rule)."""
     a = v.shape
-    if inv is False or inv is None or a is None:
+    if inv is False or inv is None:
         return
-    if len(a) != len(inv) or any(d is not None and d != e for d, e in zip(inv, a)):
+    if a is None or len(a) != len(inv) or any(d is not None and d != e for d, e in zip(inv, a)):
         raise ValueError(
             f"while_loop '{fname}': the shape invariant {shape_str(inv)} of loop var {k} "
-            f"('{v.name}') is not compatible with the shape {shape_str(a)} it enters the loop "
-            "with; an invariant may only relax dimensions (None for one that changes)")
+            f"('{v.name}') is not compatible with the shape "
+            f"{'of unknown rank' if a is None else shape_str(a)} it enters the loop with; an "
+            "invariant may only relax dimensions (None for one that changes, or a shape of "
+            "None for any shape)")
 
 
 def _flatten_shapes(inv: Any, structure: Any) -> list:

@@ -200,8 +200,11 @@ def while_grad(state: GradState, w: WhileContext, inputs: list[Tensor],
     # all its runs (loop_state.push_pop_grad): its runs must come one after another
     nested_pops = any(_inside(t, w) and t.op.ctx is not None and t.op.ctx.while_ctx is not w
                       for t in state.stack_grads)
+    invariants = ((), [_grad_invariant(w, k, d) for k, d in zip(diff, d0)],
+                  [a.shape for a in acc0], [a.shape for a in tacc0])
     with _grad_classes(g, while_cls=factory), g.control_dependencies(after):
         res = while_loop(lambda n, *_: n > 0, body, (count, d0, acc0, tacc0),
+                         shape_invariants=invariants,
                          parallel_iterations=1 if nested_pops else w.parallel_iterations,
                          back_prop=True,
                          swap_memory=w.swap_memory, name=f"{w.frame_name}_grad",
@@ -221,6 +224,16 @@ def while_grad(state: GradState, w: WhileContext, inputs: list[Tensor],
     for ce, gv in zip(consts, acc):
         in_grads[n_vars + w.const_enters.index(ce)] = gv
     return in_grads, dict(zip(targets, tacc))
+
+
+def _grad_invariant(w: WhileContext, k: int, d0: Tensor) -> tuple | None:
+    """The static shape of the gradient of loop var k in every iteration: d0's (the
+    gradient of its Exit, shaped like the last iteration's value) where the forward var's
+    static shape says the dimension never changes, else unknown."""
+    fwd = w.merges[k].outputs[0].shape
+    if d0.shape is None or fwd is None or len(d0.shape) != len(fwd):
+        return None
+    return tuple(a if b is not None else None for a, b in zip(d0.shape, fwd))
 
 
 def _home(enter: Operation) -> str:

@@ -141,6 +141,20 @@ def _dyn_shape(t: TensorType, hint: tuple | None, what: str = "shape") -> tuple 
     return None if n is None else (None,) * n
 
 
+def _check_sizes(sizes: Any, what: str) -> None:
+    """Static sizes (dimensions, multiples, a depth) must not be negative."""
+    if any(d < 0 for d in sizes):
+        raise InvalidArgumentError(f"negative {what} in {list(sizes)}")
+
+
+def _check_rank(x: Any, n: int, what: str) -> None:
+    """A run-time check that a value has one entry of `what` per axis (numpy would
+    broadcast or ignore the extra ones, giving a value of another rank than inferred)."""
+    if n != x.ndim:
+        raise InvalidArgumentError(
+            f"{what} has {n} entries for a value of rank {x.ndim} (shape {list(x.shape)})")
+
+
 def _check_scalar_int(t: TensorType, what: str) -> None:
     _check_int(t, what)
     if t.shape not in (None, ()):
@@ -693,6 +707,11 @@ def unstack(value: Any, num: int | None = None, axis: int = 0, name: str | None 
 def _split_infer(
     x: TensorType, *dyn: TensorType, sizes: tuple | None, num: int, axis: int
 ) -> list[TensorType]:
+    if sizes is None and not dyn and num < 1:
+        raise InvalidArgumentError(f"cannot split into {num} parts; pass a number >= 1")
+    if sizes is not None and any(s < -1 for s in sizes):
+        raise InvalidArgumentError(
+            f"size_splits {list(sizes)} hold a negative size (only one -1, for the rest)")
     if x.shape is None:
         return [TensorType(x.dtype, None)] * num
     a = _norm_axis(axis, x.rank)
@@ -835,9 +854,11 @@ def _slice_infer(
 
 
 def _slice(xp, x, *dyn, begin, size):
-    begin, size = _fill_dyn(dyn, begin, size)
+    begin, size = (_ints(v) for v in _fill_dyn(dyn, begin, size))
+    _check_rank(x, len(begin), "begin")
+    _check_rank(x, len(size), "size")
     key = []
-    for i, (b, s, d) in enumerate(zip(_ints(begin), _ints(size), x.shape)):
+    for i, (b, s, d) in enumerate(zip(begin, size, x.shape)):
         e = d if s == -1 else b + s
         if b < 0 or s < -1 or e > d:
             raise InvalidArgumentError(
@@ -894,6 +915,7 @@ def _pad_infer(
 def _pad(xp, x, *dyn, paddings, constant_values):
     if paddings is None:
         paddings = [tuple(row) for row in dyn[0].tolist()]
+    _check_rank(x, len(paddings), "paddings")
     shp = tuple(d + a + b for d, (a, b) in zip(x.shape, paddings))
     out = xp.full(shp, constant_values, dtype=x.dtype)
     out[tuple(_pyslice(a, a + d) for d, (a, _) in zip(x.shape, paddings))] = x
@@ -1234,6 +1256,8 @@ def _uss_infer(
     data: TensorType, ids: TensorType, *dyn: TensorType, num_segments: int | None
 ) -> TensorType:
     _check_int(ids, "segment_ids")
+    if num_segments is not None and num_segments < 0:
+        raise InvalidArgumentError(f"num_segments must not be negative, got {num_segments}")
     if data.shape is None or ids.shape is None:
         return TensorType(data.dtype, None)
     if len(ids.shape) > len(data.shape) or any(
@@ -1318,6 +1342,7 @@ def _scatter_nd_infer(
     _check_int(indices, "indices")
     if shape is None:
         return TensorType(updates.dtype, _dyn_shape(dyn[0], hint))
+    _check_sizes(shape, "dimension")
     if indices.shape is not None and updates.shape is not None and indices.shape[-1] is not None:
         want = indices.shape[:-1] + tuple(shape[indices.shape[-1] :])
         if len(want) != updates.rank or any(
@@ -1369,6 +1394,8 @@ def _one_hot_infer(
     _check_int(indices, "indices")
     if on.dtype is not off.dtype or on.shape not in ((), None) or off.shape not in ((), None):
         raise TypeError(f"on_value and off_value must be scalars of one dtype, got {on}, {off}")
+    if depth is not None and depth < 0:
+        raise InvalidArgumentError(f"depth must not be negative, got {depth}")
     if indices.shape is None:
         return TensorType(on.dtype, None)
     a = _norm_axis(axis, indices.rank, extra=1)
@@ -1377,6 +1404,8 @@ def _one_hot_infer(
 
 def _one_hot(xp, indices, on, off, *dyn, depth, axis):
     n = depth if depth is not None else int(dyn[0])
+    if n < 0:
+        raise InvalidArgumentError(f"depth must not be negative, got {n}")
     hot = xp.expand_dims(indices, -1) == xp.arange(n)
     if axis not in (-1, hot.ndim - 1):
         hot = xp.moveaxis(hot, -1, axis)
@@ -1518,8 +1547,7 @@ def _fill_infer(*ins: TensorType, dims: tuple | None, hint: tuple | None = None)
         raise InvalidArgumentError(f"value must be a scalar, got {value}")
     if dims is None:
         return TensorType(value.dtype, _dyn_shape(ins[0], hint, "dims"))
-    if any(d < 0 for d in dims):
-        raise InvalidArgumentError(f"negative dimension in {list(dims)}")
+    _check_sizes(dims, "dimension")
     return TensorType(value.dtype, tuple(dims))
 
 
@@ -1642,6 +1670,7 @@ def _tile_infer(x: TensorType, *dyn: TensorType, multiples: tuple | None) -> Ten
         n = _vec_len(dyn[0], "multiples")
         r = x.rank if x.rank is not None else n
         return TensorType(x.dtype, None if r is None else (None,) * r)
+    _check_sizes(multiples, "multiple")
     if x.shape is None:
         return TensorType(x.dtype, (None,) * len(multiples))
     if len(multiples) != x.rank:
@@ -1653,15 +1682,13 @@ def _tile_infer(x: TensorType, *dyn: TensorType, multiples: tuple | None) -> Ten
     )
 
 
-register(
-    OpDef(
-        "Tile",
-        infer=_tile_infer,
-        kernel=lambda xp, x, *dyn, multiples: _s(
-            xp.tile(x, multiples if multiples is not None else _ints(dyn[0]))
-        ),
-    )
-)
+def _tile(xp, x, *dyn, multiples):
+    m = multiples if multiples is not None else _ints(dyn[0])
+    _check_rank(x, len(m), "multiples")
+    return _s(xp.tile(x, m))
+
+
+register(OpDef("Tile", infer=_tile_infer, kernel=_tile))
 
 
 @_gradient("Tile")
@@ -1693,6 +1720,7 @@ def _broadcast_to_infer(
 ) -> TensorType:
     if shape is None:
         return TensorType(x.dtype, _dyn_shape(dyn[0], hint))
+    _check_sizes(shape, "dimension")
     try:
         out = broadcast_shape(x.shape, tuple(shape))
     except InvalidArgumentError:

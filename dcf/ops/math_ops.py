@@ -812,6 +812,11 @@ def _matmul(xp, a, b, *, transpose_a, transpose_b):
 
 
 def _batch_matmul(xp, a, b, *, transpose_a, transpose_b):
+    if a.ndim < 2 or b.ndim < 2:
+        # (numpy would take a vector as a matrix of one row or column: another rank than
+        # inferred, and an error in the gradient)
+        raise InvalidArgumentError(f"matmul needs values of rank >= 2, got shapes "
+                                   f"{list(a.shape)} and {list(b.shape)}")
     return (xp.swapaxes(a, -1, -2) if transpose_a else a) @ (
         xp.swapaxes(b, -1, -2) if transpose_b else b
     )
