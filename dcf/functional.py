@@ -38,14 +38,19 @@ def _unstacked(xs: list[Tensor], n: Any, reverse: bool = False) -> list[TensorAr
     return tas
 
 
-def map_fn(fn: Callable[..., Any], elems: Any, dtype: Any = None, parallel_iterations: int = 10,
-           back_prop: bool = True, swap_memory: bool = False, name: str | None = None) -> Any:
+def map_fn(fn: Callable[..., Any], elems: Any, dtype: Any = None,
+           parallel_iterations: int | None = None, back_prop: bool = True,
+           swap_memory: bool = False, infer_shape: bool = True, name: str | None = None) -> Any:
     """`stack([fn(x) for x in unstack(elems)])`, as an in-graph loop.
 
     `elems` may be a nested structure of tensors sharing their first dimension;
     `fn` then receives the same structure of slices. Its output structure is
-    inferred when `dtype` is None.
+    inferred when `dtype` is None. `parallel_iterations` None is 10 (TF1's);
+    `infer_shape=False` lets fn's outputs differ in shape from one element to the next
+    (the stack then needs them alike, as TF's).
     """
+    if parallel_iterations is None:
+        parallel_iterations = 10
     g = graph_of(nest.flatten(elems))  # the loop is built in elems' graph
     with g.as_default(), g.name_scope(name or "map"):
         flat = [convert_to_tensor(e) for e in nest.flatten(elems)]
@@ -53,9 +58,10 @@ def map_fn(fn: Callable[..., Any], elems: Any, dtype: Any = None, parallel_itera
         elem_tas = _unstacked(flat, n)
         if dtype is None:
             return _map_inferred(g, fn, elems, flat, n, elem_tas, parallel_iterations,
-                                 back_prop, swap_memory)
+                                 back_prop, swap_memory, infer_shape)
         out_dtypes = nest.flatten(dtype)
-        acc = [TensorArray(dt, size=n, name="result") for dt in out_dtypes]
+        acc = [TensorArray(dt, size=n, infer_shape=infer_shape, name="result")
+               for dt in out_dtypes]
 
         def body(i: Tensor, accs: list) -> tuple:
             xs = nest.pack_sequence_as(elems, [ta.read(i) for ta in elem_tas])
@@ -72,7 +78,7 @@ def map_fn(fn: Callable[..., Any], elems: Any, dtype: Any = None, parallel_itera
 
 def _map_inferred(g: Any, fn: Callable[..., Any], elems: Any, flat: list, n: Any,
                   elem_tas: list, parallel_iterations: int, back_prop: bool,
-                  swap_memory: bool) -> Any:
+                  swap_memory: bool, infer_shape: bool) -> Any:
     """map_fn with its output structure taken from fn's one trace, in the loop body.
 
     The result arrays can only be made once fn's outputs are known: the body makes them
@@ -91,7 +97,8 @@ def _map_inferred(g: Any, fn: Callable[..., Any], elems: Any, flat: list, n: Any
         out = fn(xs)
         ys = [convert_to_tensor(y) for y in nest.flatten(out)]
         with g._control_flow_context(outer), g.control_dependencies(None):
-            accs = [TensorArray(y.dtype, size=n_t, name="result") for y in ys]
+            accs = [TensorArray(y.dtype, size=n_t, infer_shape=infer_shape, name="result")
+                    for y in ys]
         made["struct"], made["accs"] = out, accs
         if not ys:
             return i + 1, flow
@@ -155,7 +162,7 @@ def _foldx(fn, elems, initializer, reverse, name, pi, back_prop, swap_memory):
 
 def scan(fn: Callable[..., Any], elems: Any, initializer: Any = None,
          parallel_iterations: int = 10, back_prop: bool = True, swap_memory: bool = False,
-         reverse: bool = False, name: str | None = None) -> Any:
+         infer_shape: bool = True, reverse: bool = False, name: str | None = None) -> Any:
     """All intermediate accumulators of a fold:
 
         acc = initializer; out = []
@@ -163,13 +170,16 @@ def scan(fn: Callable[..., Any], elems: Any, initializer: Any = None,
         return stack(out)
 
     With no initializer, elems[0] is the first accumulator (and the first output).
+    `reverse=True` goes from the last element to the first (outputs keep elems' order);
+    `infer_shape=False` lets the outputs differ in shape (TF1's arguments).
     """
     g = graph_of(nest.flatten(elems) + nest.flatten(initializer))
     with g.as_default(), g.name_scope(name or "scan"):
         flat, n, elem_tas, init, start = _fold(fn, elems, initializer, reverse, "scan",
                                                parallel_iterations, back_prop, swap_memory)
         init_flat = [convert_to_tensor(t) for t in nest.flatten(init)]
-        accs = [TensorArray(t.dtype, size=n, element_shape=t.shape, name="result")
+        accs = [TensorArray(t.dtype, size=n, element_shape=t.shape if infer_shape else None,
+                            infer_shape=infer_shape, name="result")
                 for t in init_flat]
         if start == 1:
             first = n - 1 if reverse else 0

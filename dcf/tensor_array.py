@@ -7,6 +7,7 @@ from typing import Any
 from dcf import dtypes
 from dcf.errors import InvalidArgumentError
 from dcf.graph import Operation, Tensor, shape_str
+from dcf.ops.control_ops import no_op
 from dcf.ops.registry import apply, constant_value, convert_in, graph_of
 
 __all__ = ["TensorArray"]
@@ -78,9 +79,11 @@ class TensorArray:
         return self._cell.shape
 
     def _merge_shape(self, shape: tuple | None, what: str) -> None:
-        if not self.infer_shape or shape is None:
-            return
+        """Check `shape` against the element shape (a given one holds for every write, as
+        TF's); with infer_shape, merge it in."""
         cur = self._cell.shape
+        if shape is None or (cur is None and not self.infer_shape):
+            return
         if cur is None:
             self._cell.shape = shape
             return
@@ -89,7 +92,8 @@ class TensorArray:
             raise InvalidArgumentError(
                 f"TensorArray '{self.name}': {what} of shape {shape_str(shape)} does not match "
                 f"its element shape {shape_str(cur)}")
-        self._cell.shape = tuple(a if a is not None else b for a, b in zip(cur, shape))
+        if self.infer_shape:
+            self._cell.shape = tuple(a if a is not None else b for a, b in zip(cur, shape))
 
     def _attrs(self) -> dict:
         return {"dtype": self.dtype, "element_shape": self._cell.shape}
@@ -110,6 +114,14 @@ class TensorArray:
 
     def _index(self, index: Any) -> Tensor:
         return _index(index, self.handle.graph)
+
+    def _indices(self, indices: Any, what: str) -> Tensor:
+        """A vector of indices (as TF's: not a scalar, not a matrix)."""
+        t = _index(indices, self.handle.graph)
+        if t.shape is not None and len(t.shape) != 1:
+            raise ValueError(f"TensorArray '{self.name}' ({what}): indices must be a vector, "
+                             f"got shape {shape_str(t.shape)}")
+        return t
 
     # ------------------------------------------------------------- methods
     def write(self, index: Any, value: Any, name: str | None = None) -> TensorArray:
@@ -136,7 +148,8 @@ class TensorArray:
 
     def gather(self, indices: Any, name: str | None = None) -> Tensor:
         """The elements at `indices`, stacked."""
-        return apply("TensorArrayGatherV3", [self.handle, self._index(indices), self.flow],
+        return apply("TensorArrayGatherV3", [self.handle, self._indices(indices, "gather"),
+                                             self.flow],
                      name=name or "TensorArrayGather", **self._attrs())
 
     def unstack(self, value: Any, name: str | None = None) -> TensorArray:
@@ -153,9 +166,28 @@ class TensorArray:
         v = self._value(value, "scatter")
         if v.shape is not None:
             self._merge_shape(tuple(v.shape[1:]), "scatter")
-        flow = apply("TensorArrayScatterV3", [self.handle, self._index(indices), v, self.flow],
+        flow = apply("TensorArrayScatterV3",
+                     [self.handle, self._indices(indices, "scatter"), v, self.flow],
                      name=name or "TensorArrayScatter")
         return self._with_flow(flow)
+
+    def split(self, value: Any, lengths: Any, name: str | None = None) -> TensorArray:
+        """Write `value[sum(lengths[:i]):sum(lengths[:i + 1])]` to index i for every i
+        (the inverse of concat); the lengths must add up to value's first dimension."""
+        v = self._value(value, "split")
+        lens = _index(lengths, self.handle.graph, dtypes.int64, "split lengths")
+        known = constant_value(lens)
+        if v.shape is not None and known is not None and known.size and \
+                (known == known.flat[0]).all():     # (as TF's: alike lengths, alike shapes)
+            self._merge_shape((int(known.flat[0]),) + tuple(v.shape[1:]), "split")
+        flow = apply("TensorArraySplitV3", [self.handle, v, lens, self.flow],
+                     name=name or "TensorArraySplit")
+        return self._with_flow(flow)
+
+    def identity(self, name: str | None = None) -> TensorArray:
+        """This TensorArray with a new flow: with `dcf.control_dependencies`, reads of
+        the returned one wait for those ops."""
+        return self._with_flow(apply("Identity", [self.flow], name=name or "TensorArrayIdentity"))
 
     def concat(self, name: str | None = None) -> Tensor:
         """All elements joined along their first dimension."""
@@ -177,8 +209,10 @@ class TensorArray:
                          _ta_name=f"{self.name}@grad")
         return ta
 
-    def close(self) -> None:
-        """Nothing to release explicitly: the array lives as long as its run."""
+    def close(self, name: str | None = None) -> Operation:
+        """An op that does nothing (the array lives as long as its run), as TF's close op
+        for fetches and control dependencies."""
+        return no_op(name=name or "TensorArrayClose")
 
     def __repr__(self) -> str:
         return f"<dcf.TensorArray '{self.name}' {self.dtype}>"
@@ -193,8 +227,8 @@ def _describe_index(i: Any) -> str:
     return str(i)
 
 
-def _index(i: Any, graph: Any) -> Tensor:
-    t = convert_in(i, graph, dtypes.int32) if not isinstance(i, Tensor) else i
+def _index(i: Any, graph: Any, dtype: Any = dtypes.int32, what: str = "index") -> Tensor:
+    t = convert_in(i, graph, dtype) if not isinstance(i, Tensor) else i
     if not t.dtype.is_integer:
-        raise TypeError(f"TensorArray index must be an integer tensor, got {t.type}")
+        raise TypeError(f"TensorArray {what} must be an integer tensor, got {t.type}")
     return t

@@ -61,9 +61,17 @@ def _gather_grad(op: Any, g: Any) -> list:
 
 @RegisterGradient("TensorArrayUnstack")
 def _unstack_grad(op: Any, gflow_out: Any) -> list:
+    """The gradient array's first len(value) elements, stacked (TF's gather: the array
+    may have more elements than value has rows)."""
     handle, value, flow = op.inputs
     gh, gflow = _grad_array(op, gflow_out)
-    v = apply("TensorArrayStack", [gh, gflow], name="ta_grad_stack", dtype=value.dtype,
+    from dcf.ops.array_ops import shape
+    from dcf.ops.math_ops import range as range_
+
+    rows = value.shape[0] if value.shape is not None and value.shape[0] is not None else \
+        shape(value)[0]
+    v = apply("TensorArrayGatherV3", [gh, range_(rows), gflow], name="ta_grad_stack",
+              dtype=value.dtype,
               element_shape=None if value.shape is None else tuple(value.shape[1:]))
     return [None, v, gflow_out]
 
@@ -90,6 +98,7 @@ def _concat_grad(op: Any, g: Any, g_lengths: Any = None) -> list:
     return [None, f]
 
 
+@RegisterGradient("TensorArraySplitV3")
 def _split_grad(op: Any, gflow_out: Any) -> list:
     handle, value, lengths, flow = op.inputs
     gh, gflow = _grad_array(op, gflow_out)

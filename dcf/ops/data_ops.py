@@ -35,7 +35,7 @@ class TensorArrayStore:
     """The runtime storage behind one TensorArray handle."""
 
     __slots__ = ("name", "dtype", "size", "dynamic_size", "clear_after_read", "element_shape",
-                 "infer_shape", "elements", "read_once", "grads", "zeros")
+                 "infer_shape", "elements", "read_once", "grads", "zeros", "shapes")
 
     def __init__(self, name: str, dtype: dtypes.DType, size: int, dynamic_size: bool,
                  clear_after_read: bool, element_shape: tuple | None, infer_shape: bool) -> None:
@@ -49,7 +49,10 @@ class TensorArrayStore:
         self.elements: list[Any] = [None] * self.size
         self.read_once: list[bool] = [False] * self.size
         self.grads: dict[str, TensorArrayStore] = {}
-        self.zeros: dict | None = None    # device -> the zeros unwritten elements read as
+        self.zeros: dict | None = None    # (device, shape) -> the zeros unwritten elements read as
+        # index -> the shape written there, kept where elements may differ (infer_shape
+        # False): a gradient array's unwritten element reads as zeros of that shape
+        self.shapes: dict[int, tuple] = {}
         made = STEP_STORES.get()
         if made is not None:
             made.append(self)
@@ -84,14 +87,15 @@ class TensorArrayStore:
                 f"write of a {getattr(value, 'dtype', type(value))} value to index {i} of "
                 f"{self._describe()} which holds {self.dtype}")
         shape = tuple(getattr(value, "shape", ()))
-        if self.infer_shape and shape != self.element_shape:   # equal: known and alike
-            if self.element_shape is None:
-                self.element_shape = shape
-            elif not _compatible(self.element_shape, shape):
+        if shape != self.element_shape:     # equal: known and alike
+            # a given element shape holds for every write (infer_shape only merges them)
+            if self.element_shape is not None and not _compatible(self.element_shape, shape):
                 raise InvalidArgumentError(
                     f"write of shape {list(shape)} to index {i} of {self._describe()} whose "
                     f"elements have shape {list(self.element_shape)}")
-            elif any(d is None for d in self.element_shape):
+            if not self.infer_shape:
+                self.shapes[i] = shape
+            elif self.element_shape is None or any(d is None for d in self.element_shape):
                 self.element_shape = shape
         old = self.elements[i]
         if old is not None:
@@ -110,14 +114,14 @@ class TensorArrayStore:
                 raise InvalidArgumentError(
                     f"read of index {i} from {self._describe()} which was already read and "
                     "cleared (clear_after_read=True)")
-            if self.element_shape is not None and all(d is not None for d in self.element_shape):
-                # TF semantics for gradient arrays: an unwritten element of a known shape is 0.
-                if self.name.endswith("@grad"):
-                    if xp is np:
-                        z = np.zeros(self.element_shape, self.dtype.np)
-                    else:
-                        z = self._device_zeros(xp)
-                    return z if z.ndim else z[()]
+            # TF semantics for gradient arrays: an unwritten element of a known shape (the
+            # one the forward array's element there had) is 0.
+            shape = self._known_shape(None)
+            if shape is None:
+                shape = self.shapes.get(i)
+            if shape is not None and self.name.endswith("@grad"):
+                z = np.zeros(shape, self.dtype.np) if xp is np else self._device_zeros(xp, shape)
+                return z if z.ndim else z[()]
             raise InvalidArgumentError(
                 f"read of index {i} from {self._describe()} which was never written")
         if self.clear_after_read:
@@ -125,18 +129,18 @@ class TensorArrayStore:
             self.read_once[i] = True
         return v
 
-    def _device_zeros(self, xp: Any) -> Any:
+    def _device_zeros(self, xp: Any, shape: tuple) -> Any:
         """One zeros array per device for every unwritten element read (a backward loop
         reads one each iteration when the loss does not use the forward's outputs): a new
         one each read cost an allocation and a fill launch per iteration. Shared like a
         loop constant: no kernel writes into an input the graph does not prove its own."""
-        dev = xp.cuda.runtime.getDevice()
+        key = (xp.cuda.runtime.getDevice(), shape)
         zs = self.zeros
         if zs is None:
             zs = self.zeros = {}
-        z = zs.get(dev)
+        z = zs.get(key)
         if z is None:
-            z = zs[dev] = xp.zeros(self.element_shape, self.dtype.np)
+            z = zs[key] = xp.zeros(shape, self.dtype.np)
         return z
 
     def _known_shape(self, static: tuple | None, skip: int = 0) -> tuple | None:
@@ -148,15 +152,28 @@ class TensorArrayStore:
                 return tuple(shape[skip:])
         return None
 
+    def _empty_shape(self, static: tuple | None, skip: int = 0) -> tuple:
+        """The element shape past its first `skip` dimensions for an empty stack or concat:
+        the known one; where only its rank is known, 0 for each unknown dimension (a value
+        of the rank the graph gives it); else none."""
+        known = self._known_shape(static, skip)
+        if known is not None:
+            return known
+        for shape in (self.element_shape, static):
+            if shape is not None:
+                return tuple(0 if d is None else d for d in shape[skip:])
+        return ()
+
     def stack(self, indices: Any = None, static: tuple | None = None) -> Any:
         """The elements at `indices` (all by default) stacked; with none, an empty array of
         the known element shape (`static`: the build-time one)."""
         els = self.elements
-        if indices is None and els and all(v is not None for v in els):
+        if els and (indices is None or _is_range(indices, len(els))) and \
+                all(v is not None for v in els):
             t = type(els[0])       # every element written, all arrays of one kind: as they are
             if (t is np.ndarray or hasattr(t, "__cuda_array_interface__")) and \
                     all(type(v) is t for v in els):
-                out = _module_of(els[:1]).stack(els)
+                out = self._stacked(_module_of(els[:1]), els, range(len(els)))
                 if self.clear_after_read:      # what reading each would have done
                     n = len(els)
                     self.elements, self.read_once = [None] * n, [True] * n
@@ -164,10 +181,19 @@ class TensorArrayStore:
         idx = range(len(els)) if indices is None else [int(i) for i in indices]
         vals = [self.read(i) for i in idx]
         if not vals:
-            shape = self._known_shape(static) or ()
+            shape = self._empty_shape(static)
             return np.zeros((0,) + tuple(shape), self.dtype.np)
         xp = _module_of(vals)
-        return xp.stack([xp.asarray(v) for v in vals])
+        return self._stacked(xp, [xp.asarray(v) for v in vals], idx)
+
+    def _stacked(self, xp: Any, vals: list, indices: Any) -> Any:
+        try:
+            return xp.stack(vals)
+        except ValueError:
+            raise InvalidArgumentError(
+                f"stack of elements of different shapes ({_shapes_of(vals, indices)}) in "
+                f"{self._describe()}; concat() joins elements that differ in their first "
+                "dimension") from None
 
     def concat(self, static: tuple | None = None) -> tuple[Any, Any]:
         vals = [self.read(i) for i in range(len(self.elements))]
@@ -176,9 +202,16 @@ class TensorArrayStore:
         lengths = np.asarray([v.shape[0] if v.ndim else 1 for v in vals], np.int64)
         if not vals:
             # an element's rows (their number need not be known), else none
-            rows = self._known_shape(static, skip=1) or ()
+            rows = self._empty_shape(static, skip=1)
             return np.zeros((0,) + rows, self.dtype.np), lengths
-        return xp.concatenate([v if v.ndim else v[None] for v in vals]), lengths
+        rows = [v if v.ndim else v[None] for v in vals]
+        try:
+            return xp.concatenate(rows), lengths
+        except ValueError:
+            raise InvalidArgumentError(
+                f"concat of elements whose shapes differ past their first dimension "
+                f"({_shapes_of(rows, range(len(rows)), skip=1)}) in {self._describe()}"
+            ) from None
 
     def scatter(self, indices: Any, value: Any, accumulate: bool = False) -> None:
         """value[k] to index indices[k] (added to what is there, with `accumulate`)."""
@@ -205,6 +238,8 @@ class TensorArrayStore:
             rows = _rows(value)
             self.write(0, rows[0], accumulate)
             self.elements[1:] = rows[1:]
+            if not self.infer_shape:
+                self.shapes.update(dict.fromkeys(range(1, n), tuple(value.shape[1:])))
             return
         if indices is None:
             indices = np.arange(max(n, 0))
@@ -215,6 +250,9 @@ class TensorArrayStore:
         element, which concat joins as one row, gets its row back as a scalar)."""
         value = _as_array(value)
         lens = _host(lengths).reshape(-1)
+        if (lens < 0).any():
+            raise InvalidArgumentError(
+                f"split into negative lengths {lens.tolist()} in {self._describe()}")
         if not value.ndim or int(lens.sum()) != value.shape[0]:
             rows = f"{value.shape[0]} rows" if value.ndim else "a scalar (no rows)"
             raise InvalidArgumentError(
@@ -265,6 +303,23 @@ def _host(v: Any) -> np.ndarray:
     return v.get() if hasattr(v, "__cuda_array_interface__") else np.asarray(v)
 
 
+def _shapes_of(vals: list, indices: Any, skip: int = 0) -> str:
+    """'index 0: [2], index 3: [3]': the first element's shape, then the first few that
+    differ from it (past their first `skip` dimensions)."""
+    shapes = [(i, v.shape) for i, v in zip(indices, vals)]
+    differ = [f"index {i}: {list(sh)}" for i, sh in shapes if sh[skip:] != shapes[0][1][skip:]]
+    first = f"index {shapes[0][0]}: {list(shapes[0][1])}"
+    return ", ".join([first] + differ[:3]) + (", ..." if len(differ) > 3 else "")
+
+
+def _vector(indices: Any, what: str, handle: TensorArrayStore) -> np.ndarray:
+    h = _host(indices)
+    if h.ndim != 1:
+        raise InvalidArgumentError(f"{what} with indices of shape {list(h.shape)} in "
+                                   f"{handle._describe()}: indices must be a vector")
+    return h
+
+
 def _compatible(a: tuple, b: tuple) -> bool:
     return len(a) == len(b) and all(x is None or x == y for x, y in zip(a, b))
 
@@ -286,7 +341,7 @@ def _ta_read(xp, handle, index, flow, *, dtype, element_shape):
 
 
 def _ta_gather(xp, handle, indices, flow, *, dtype, element_shape):
-    return handle.stack(_host(indices).reshape(-1), element_shape)
+    return handle.stack(_vector(indices, "gather", handle), element_shape)
 
 
 def _ta_stack(xp, handle, flow, *, dtype, element_shape):
@@ -294,7 +349,7 @@ def _ta_stack(xp, handle, flow, *, dtype, element_shape):
 
 
 def _ta_scatter(xp, handle, indices, value, flow):
-    handle.scatter(indices, value)
+    handle.scatter(_vector(indices, "scatter", handle), value)
     return _FLOW_VALUE
 
 
@@ -302,6 +357,11 @@ def _ta_unstack(xp, handle, value, flow):
     if not getattr(value, "ndim", 0):
         raise InvalidArgumentError(f"unstack of a scalar into {handle._describe()}")
     handle.unstack(value)
+    return _FLOW_VALUE
+
+
+def _ta_split(xp, handle, value, lengths, flow):
+    handle.split(value, lengths)
     return _FLOW_VALUE
 
 
@@ -320,6 +380,7 @@ def _ta_grad(xp, handle, flow, *, source):
         g = TensorArrayStore(f"{handle.name}@grad", handle.dtype, len(handle.elements),
                              handle.dynamic_size, False, handle.element_shape,
                              handle.infer_shape)   # ragged elements: ragged gradients
+        g.shapes = dict(handle.shapes)
         handle.grads[source] = g
     return g, _FLOW_VALUE
 
@@ -358,6 +419,7 @@ register(OpDef("TensorArrayStack", kernel=_ta_stack,
                infer=lambda h, f, **kw: _stacked_type(**kw)))
 register(OpDef("TensorArrayScatterV3", kernel=_ta_scatter, infer=lambda h, i, v, f: _FLOW))
 register(OpDef("TensorArrayUnstack", kernel=_ta_unstack, infer=lambda h, v, f: _FLOW))
+register(OpDef("TensorArraySplitV3", kernel=_ta_split, infer=lambda h, v, n, f: _FLOW))
 register(OpDef("TensorArrayConcatV3", kernel=_ta_concat, infer=lambda h, f, *, dtype,
                element_shape: [TensorType(dtype, None if element_shape is None else
                                           (None,) + tuple(element_shape[1:])),
