@@ -19,7 +19,8 @@ class VarStore:
     `_writable`), and the buffer is read-only again once stored. An update that reads
     the value it replaces (assign_add, a scatter, Adam's) holds `lock` meanwhile, so
     that runs in several threads lose none of each other's updates (as TF's resource
-    variables)."""
+    variables); reads take no lock, so a read alongside an in-place update may see it
+    half done (as TF1's ref variables without use_locking)."""
 
     __slots__ = ("name", "_value", "lock")
 

@@ -36,6 +36,13 @@ from dcf.token import DEAD
 __all__ = ["Session", "AsyncSession", "RunOptions", "RunMetadata", "SessionConfig"]
 
 
+def _number(owner: str, name: str, v: Any) -> bool:
+    """True where `v` is a number (not a bool); else a TypeError naming owner(name=)."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.number)):
+        raise TypeError(f"{owner}({name}=...) takes a number, got {v!r}")
+    return True
+
+
 @dataclass
 class RunOptions:
     """Per-run options: `trace` records a timeline; `timeout_s` bounds the run."""
@@ -47,14 +54,12 @@ class RunOptions:
         if not isinstance(self.trace, (bool, np.bool_)):
             raise TypeError(f"RunOptions(trace=...) takes True or False, got {self.trace!r}")
         t = self.timeout_s
-        if t is None:
-            return
-        if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, float, np.number)):
-            raise TypeError(f"RunOptions(timeout_s=...) takes a number of seconds or None, "
-                            f"got {t!r}")
-        if not t > 0:       # (nan too)
+        if t is not None and _number("RunOptions", "timeout_s", t) and not t > 0:  # (nan too)
             raise ValueError(f"RunOptions(timeout_s={t!r}): give seconds > 0, or None for "
                              "no limit")
+
+
+_NO_OPTIONS = RunOptions()     # (a run without options: made once, not checked per run)
 
 
 @dataclass
@@ -103,9 +108,7 @@ class SessionConfig:
 
     def __post_init__(self) -> None:
         def number(name: str, v: Any) -> bool:
-            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.number)):
-                raise TypeError(f"SessionConfig({name}=...) takes a number, got {v!r}")
-            return True
+            return _number("SessionConfig", name, v)
 
         lim = self.gpu_memory_limit
         if lim is not None and number("gpu_memory_limit", lim) and not lim > 0:
@@ -333,7 +336,7 @@ class AsyncSession:
                 raise RuntimeError("this session's cluster is closed")
             return await self.cluster._io.wrap(self.run(fetches, feed_dict, options,
                                                         run_metadata))
-        options = options or RunOptions()
+        options = options or _NO_OPTIONS
         if run_metadata is not None:
             run_metadata._begin()
         targets, structure = _flatten_fetches(fetches, self.graph)
@@ -438,7 +441,7 @@ class AsyncSession:
         if self._closed:
             raise RuntimeError("this session is closed")
         _check_run_args(feed_dict, options, run_metadata)
-        options = options or RunOptions()
+        options = options or _NO_OPTIONS
         if options.trace or not self.config.compile_frames or self.cluster is not None:
             return NOT_INLINE
         if run_metadata is not None:
@@ -891,9 +894,22 @@ class Session:
         """Close the session. A run in flight in another thread is cancelled (it raises
         dcf.errors.CancelledError) and has stopped before this returns; later runs raise
         RuntimeError. Several threads may close it at once: each returns once it is
-        closed."""
-        with self._closing:
+        closed, except a close from inside one of its runs (a py_func's) while another
+        thread closes it, which returns at once (that close waits for the run)."""
+        if not self._closing.acquire(blocking=False):
+            if self._inside_a_run():
+                return
+            self._closing.acquire()
+        try:
             self._close()
+        finally:
+            self._closing.release()
+
+    def _inside_a_run(self) -> bool:
+        """Whether this thread is running one of this session's runs (a py_func's code)."""
+        me = threading.current_thread()
+        return me is self._driver or me is self._thread or \
+            any(t == me.ident for t, _ in list(self._async._inline))
 
     def _close(self) -> None:
         a = self._async

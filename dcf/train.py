@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import inspect
 import os
@@ -186,7 +187,9 @@ class Saver:
         return path
 
     async def _write_when_read(self, values: Any, path: str) -> str:
-        self._write(path, await values)
+        # (the file is written and synced on a worker thread: the service's event loop
+        # goes on meanwhile)
+        await asyncio.to_thread(self._write, path, await values)
         return path
 
     def _write(self, path: str, values: list) -> None:

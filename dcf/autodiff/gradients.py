@@ -16,7 +16,7 @@ from typing import Any
 
 from dcf import dtypes, nest
 from dcf.control_flow import CondInfo, WhileContext
-from dcf.graph import Graph, Operation, Tensor, get_default_graph
+from dcf.graph import Graph, Operation, Tensor, get_default_graph, shape_str
 from dcf.ops.registry import GRADIENTS, broadcast_shape, convert_in, convert_to_tensor
 
 __all__ = ["gradients", "GradState", "vjp", "differentiable", "sum_grads"]
@@ -551,7 +551,7 @@ def _op_grad(op: Operation, out_grads: list) -> list:
         if r is not None and not _shapes_compatible(t.shape, r.shape):
             raise ValueError(
                 f"gradient of {op.type} '{op.name}' for input {i} ('{t.name}', shape "
-                f"{_shape_str(t.shape)}) has shape {_shape_str(r.shape)}; a gradient has "
+                f"{shape_str(t.shape)}) has shape {shape_str(r.shape)}; a gradient has "
                 "the shape of its input (check grad_ys, or the registered gradient function)")
     return res
 
@@ -562,6 +562,3 @@ def _shapes_compatible(a: tuple | None, b: tuple | None) -> bool:
         return True
     return len(a) == len(b) and all(x is None or y is None or x == y for x, y in zip(a, b))
 
-
-def _shape_str(s: tuple | None) -> str:
-    return "unknown" if s is None else str(["?" if d is None else d for d in s])

@@ -131,7 +131,9 @@ def _updated(handle, new, old, what: str):
 
 # An update that reads the value it replaces holds the variable's lock (VarStore.lock):
 # runs of one session in several threads then lose none of each other's updates, as
-# TF's resource variables (whose updates always lock).
+# with TF's resource variables. Reads take no lock (TF's take a shared one): a read
+# alongside an in-place update may see it half done, as TF1's ref variables without
+# use_locking (docs/variables-and-checkpoints.md).
 def _assign_add_kernel(xp, handle, delta, *, dtype, shape=None):
     with handle.lock:
         old = _read_kernel(xp, handle, dtype=dtype)

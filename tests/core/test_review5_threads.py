@@ -381,3 +381,37 @@ def test_several_threads_closing_one_session_at_once_all_return(config):
     # (cancelled in flight; or closed before it began, on a machine slow to start it)
     assert len(runs) == 4 and all(isinstance(e, CancelledError) or "closed" in str(e)
                                   for e in runs), runs
+
+
+def test_a_py_func_closing_its_session_while_another_thread_closes_it_does_not_deadlock():
+    # the other thread's close waits for the run; the run's py_func closes the session
+    # too, and must not wait for that close (it held the closers' lock: both waited)
+    g = dcf.Graph()
+    started = threading.Event()
+    with g.as_default():
+        x = dcf.placeholder(dcf.float32, ())
+
+        def slow(v):
+            started.set()
+            time.sleep(0.2)
+            sess.close()
+            return v
+
+        y = dcf.py_func(slow, [x], dcf.float32)
+    sess = dcf.Session(g, config=dcf.SessionConfig(compile_frames=False))
+    results = []
+
+    def runner():
+        try:
+            results.append(sess.run(y, {x: 1.0}))
+        except dcf.errors.CancelledError as e:
+            results.append(e)
+
+    threads = [threading.Thread(target=runner, daemon=True),
+               threading.Thread(target=lambda: (started.wait(5), sess.close()), daemon=True)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert not any(t.is_alive() for t in threads)
+    assert len(results) == 1
