@@ -8,11 +8,13 @@ refuses implicit host conversion as cupy does.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["count", "backend", "is_fake", "array_module"]
+__all__ = ["count", "backend", "is_fake", "array_module", "stand_in_gpus"]
 
 
 @functools.lru_cache(maxsize=1)
@@ -56,3 +58,30 @@ def array_module(*values: Any) -> Any:
         if hasattr(v, "__cuda_array_interface__"):
             return backend()
     return np
+
+
+@contextlib.contextmanager
+def stand_in_gpus(n: int = 2) -> Iterator[Any]:
+    """`n` stand-in GPUs (DCF_FAKE_GPUS) while the block runs, for tests and probes on
+    machines without one; the process's own GPUs, real or stand-in, after. Yields the
+    stand-in array module."""
+    from dcf.actors import gpu as gpu_mod
+
+    old = os.environ.get("DCF_FAKE_GPUS")
+    saved = dict(gpu_mod.GpuDevice._instances)
+    os.environ["DCF_FAKE_GPUS"] = str(n)
+    count.cache_clear()
+    backend.cache_clear()
+    gpu_mod.GpuDevice._instances.clear()
+    try:
+        yield backend()
+    finally:
+        if old is None:
+            os.environ.pop("DCF_FAKE_GPUS", None)
+        else:
+            os.environ["DCF_FAKE_GPUS"] = old
+        count.cache_clear()
+        backend.cache_clear()
+        gpu_mod.GpuDevice._instances.clear()
+        gpu_mod.GpuDevice._instances.update(saved)
+        gpu_mod._ACTIVE[:] = [None, None]

@@ -47,6 +47,7 @@ import traceback
 import numpy as np
 
 import dcf
+from dcf.gpu_devices import stand_in_gpus
 
 LOG: list = []
 QCAP = 3
@@ -550,28 +551,6 @@ def _check_error(name, r, w, g):
     if f"iteration {it}" not in msg and f"iteration={it}" not in msg:
         out.append(f"{name} run {r}: {kind} error does not name iteration {it}: {msg!r}")
     return out
-
-
-@contextlib.contextmanager
-def stand_in_gpus(n=2):
-    from dcf import gpu_devices
-    from dcf.actors import gpu as gpu_mod
-    old = os.environ.get("DCF_FAKE_GPUS")
-    os.environ["DCF_FAKE_GPUS"] = str(n)
-    gpu_devices.count.cache_clear()
-    gpu_devices.backend.cache_clear()
-    gpu_mod.GpuDevice._instances.clear()
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("DCF_FAKE_GPUS", None)
-        else:
-            os.environ["DCF_FAKE_GPUS"] = old
-        gpu_devices.count.cache_clear()
-        gpu_devices.backend.cache_clear()
-        gpu_mod.GpuDevice._instances.clear()
-        gpu_mod._ACTIVE[:] = [None, None]
 
 
 def check(seed, paths=tuple(PATHS), cluster=None, show=False):

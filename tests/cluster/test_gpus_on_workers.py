@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import dcf
 from tests.cluster.helpers import task
-from tests.core.conftest import _stand_in_gpus
+from dcf.gpu_devices import stand_in_gpus as _stand_in_gpus
 from tests.core.test_concurrent_loop_shapes import CONCURRENT_DRAWS, run_concurrently
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]

@@ -2,37 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
-
 import pytest
 
-
-@contextlib.contextmanager
-def _stand_in_gpus(n: int):
-    """`n` stand-in GPUs while the block runs (the process's real or stand-in ones
-    after)."""
-    from dcf import gpu_devices
-    from dcf.actors import gpu as gpu_mod
-
-    old = os.environ.get("DCF_FAKE_GPUS")
-    saved = dict(gpu_mod.GpuDevice._instances)
-    os.environ["DCF_FAKE_GPUS"] = str(n)
-    gpu_devices.count.cache_clear()
-    gpu_devices.backend.cache_clear()
-    gpu_mod.GpuDevice._instances.clear()
-    try:
-        yield gpu_devices.backend()
-    finally:
-        if old is None:
-            os.environ.pop("DCF_FAKE_GPUS", None)
-        else:
-            os.environ["DCF_FAKE_GPUS"] = old
-        gpu_devices.count.cache_clear()
-        gpu_devices.backend.cache_clear()
-        gpu_mod.GpuDevice._instances.clear()
-        gpu_mod.GpuDevice._instances.update(saved)
-        gpu_mod._ACTIVE[:] = [None, None]
+from dcf.gpu_devices import stand_in_gpus as _stand_in_gpus
 
 
 @pytest.fixture

@@ -90,7 +90,7 @@ def test_a_control_scope_of_thousands_of_ops_is_walked_once(monkeypatch):
 # ------------------------------------------------- long chains on a GPU
 @pytest.fixture
 def stand_in_gpu():
-    from tests.core.conftest import _stand_in_gpus
+    from dcf.gpu_devices import stand_in_gpus as _stand_in_gpus
 
     with _stand_in_gpus(1) as cp:
         yield cp
