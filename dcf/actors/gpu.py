@@ -230,7 +230,11 @@ class GpuDevice:
             self.pool.set_limit(size=self.limit or 0)
             if self.limit and self.pool.total_bytes() > self.limit:
                 # cupy's pool serves requests from its cached blocks whatever its limit
-                # (which bounds the bytes it holds): those of an earlier, larger budget go
+                # (which bounds the bytes it holds): those of an earlier, larger budget
+                # go, with the arrays of sessions that are garbage (collected now, not in
+                # the middle of this budget's first step, where their blocks would serve
+                # it past its limit)
+                gc.collect()
                 self.pool.free_all_blocks()
         self.swapper.reset()
 
