@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import json
 import os
 import tempfile
 import weakref
@@ -22,7 +23,8 @@ from dcf.ops.registry import convert_to_tensor
 from dcf.ops.state_ops import (Variable, _fits, apply_adam, global_variables,
                                 trainable_variables)
 
-__all__ = ["Optimizer", "GradientDescentOptimizer", "AdamOptimizer", "Saver"]
+__all__ = ["Optimizer", "GradientDescentOptimizer", "AdamOptimizer", "Saver",
+           "latest_checkpoint"]
 
 
 class Optimizer:
@@ -158,10 +160,22 @@ class Saver:
     names to save them under to Variables (TF1's); None: every variable of the graph.
     With an AsyncSession, `save` and `restore` return awaitables (`await
     saver.save(sess, path)`), as its `run` does.
+
+    As TF1's: `save(..., global_step=)` appends the step to the path; the directory's
+    `checkpoint.json` names its checkpoints, newest last (`latest_checkpoint(dir)`); of
+    the checkpoints this Saver wrote, only the newest `max_to_keep` are kept (None or 0:
+    all of them).
     """
 
-    def __init__(self, var_list: list[Variable] | dict[str, Variable] | None = None
-                 ) -> None:
+    def __init__(self, var_list: list[Variable] | dict[str, Variable] | None = None,
+                 max_to_keep: int | None = 5) -> None:
+        if max_to_keep is not None and (isinstance(max_to_keep, bool) or
+                                        not isinstance(max_to_keep, (int, np.integer)) or
+                                        max_to_keep < 0):
+            raise ValueError(f"Saver(max_to_keep={max_to_keep!r}): give a count >= 0, or "
+                             "None to keep every checkpoint")
+        self.max_to_keep = int(max_to_keep or 0)
+        self._written: list[str] = []       # this Saver's checkpoints, oldest first
         named = _named_variables(global_variables() if var_list is None else var_list)
         if not named:
             raise ValueError("Saver: there are no variables to save")
@@ -176,20 +190,42 @@ class Saver:
             self._restore = group(*[v.assign(p) for v, p in zip(self.var_list, self._feeds)],
                                   name="restore_all")
 
-    def save(self, sess: Any, save_path: str) -> Any:
-        """Write every variable's value to `save_path` (atomically); returns the path (an
-        awaitable of it, from an AsyncSession)."""
-        path = _npz_path(save_path)
-        values = sess.run(self._reads)
+    def save(self, sess: Any, save_path: str, global_step: Any = None) -> Any:
+        """Write every variable's value to `save_path` (atomically), or to
+        `save_path-STEP` with a `global_step` (a number, or a Variable or tensor read in
+        the same run); returns the path (an awaitable of it, from an AsyncSession)."""
+        step_fetch = [] if global_step is None or _is_number(global_step) else [global_step]
+        if step_fetch and not isinstance(global_step, (Tensor, Variable)):
+            raise TypeError(f"Saver.save: global_step is an integer, a Variable or a tensor, "
+                            f"not {global_step!r}")
+        values = sess.run(self._reads + step_fetch)
         if inspect.isawaitable(values):        # an AsyncSession's run
-            return self._write_when_read(values, path)
-        self._write(path, values)
-        return path
+            return self._write_when_read(values, save_path, global_step)
+        return self._saved(values, save_path, global_step)
 
-    async def _write_when_read(self, values: Any, path: str) -> str:
+    async def _write_when_read(self, values: Any, save_path: str, global_step: Any) -> str:
         # (the file is written and synced on a worker thread: the service's event loop
         # goes on meanwhile)
-        await asyncio.to_thread(self._write, path, await values)
+        return await asyncio.to_thread(self._saved, await values, save_path, global_step)
+
+    def _saved(self, values: list, save_path: str, global_step: Any) -> str:
+        """Write a checkpoint of `values` (with the step's value last where it was read),
+        list it in the directory's index and drop this Saver's oldest beyond
+        max_to_keep; returns its path."""
+        if global_step is not None:
+            step = values.pop() if not _is_number(global_step) else global_step
+            save_path = f"{save_path}-{_step_number(step)}"
+        path = _npz_path(save_path)
+        self._write(path, values)
+        if path in self._written:
+            self._written.remove(path)
+        self._written.append(path)
+        gone = self._written[:-self.max_to_keep] if self.max_to_keep else []
+        del self._written[:len(gone)]
+        _update_index(os.path.dirname(os.path.abspath(path)), path, gone)
+        for old in gone:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(old)
         return path
 
     def _write(self, path: str, values: list) -> None:
@@ -227,6 +263,56 @@ class Saver:
                 _check_restorable(v, value, path)
                 feed[p] = value
         return sess.run(self._restore, feed)     # (an awaitable, from an AsyncSession)
+
+
+_INDEX = "checkpoint.json"
+
+
+def latest_checkpoint(checkpoint_dir: str) -> str | None:
+    """The path of the newest checkpoint a Saver wrote in `checkpoint_dir` (TF1's
+    tf.train.latest_checkpoint), or None where there is none."""
+    try:
+        with open(os.path.join(checkpoint_dir, _INDEX), encoding="utf-8") as f:
+            names = json.load(f).get("checkpoints", [])
+    except FileNotFoundError:
+        return None
+    for name in reversed(names):
+        path = os.path.join(checkpoint_dir, name)
+        if os.path.exists(path):
+            return path
+    return None
+
+
+def _update_index(directory: str, path: str, gone: list[str]) -> None:
+    """List `path` last in the directory's index (written atomically), without `gone`."""
+    index = os.path.join(directory, _INDEX)
+    try:
+        with open(index, encoding="utf-8") as f:
+            names = list(json.load(f).get("checkpoints", []))
+    except (FileNotFoundError, ValueError):
+        names = []
+    drop = {os.path.basename(p) for p in gone} | {os.path.basename(path)}
+    names = [n for n in names if n not in drop] + [os.path.basename(path)]
+    fd, tmp = tempfile.mkstemp(prefix=".index-", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump({"checkpoints": names}, f)
+        os.replace(tmp, index)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+
+
+def _step_number(step: Any) -> int:
+    value = np.asarray(step)
+    if value.shape != () or not np.issubdtype(value.dtype, np.integer):
+        raise TypeError(f"Saver.save: global_step must be an integer scalar, got {step!r}")
+    return int(value)
 
 
 def _named_variables(var_list: Any) -> list[tuple[str, Variable]]:
