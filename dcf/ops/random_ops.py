@@ -16,7 +16,14 @@ from dcf import dtypes
 from dcf.errors import InvalidArgumentError
 from dcf.graph import Tensor, TensorType
 from dcf.ops.array_ops import _dyn_shape, _ints, _is_tensorlike, _s, _shape_arg
-from dcf.ops.registry import OpDef, apply, constant_value, not_differentiable, register
+from dcf.ops.registry import (
+    OpDef,
+    apply,
+    constant_value,
+    convert_to_tensor,
+    not_differentiable,
+    register,
+)
 
 __all__ = ["random_normal", "random_uniform"]
 
@@ -48,6 +55,23 @@ def _sample_float(gen, shape, dtype, uniform=False):
     return out.astype(dtype.np)
 
 
+def _below_max(np_dt: Any, minval: float, maxval: float) -> Any:
+    """The largest value a scaled uniform draw may take: ``u * (maxval - minval) + minval``
+    rounds to maxval itself for u near 1 where minval is large next to the width (1000 to
+    1001 in float32: about 3 draws in 10**5), and the range is [minval, maxval). None where
+    nothing needs clamping (minval >= maxval: TF's formula, unclamped)."""
+    if not minval < maxval:
+        return None
+    top = np_dt.type(maxval)
+    return top if float(top) < maxval else np.nextafter(top, np_dt.type(-np.inf))
+
+
+def _scale_uniform(out: Any, minval: float, maxval: float) -> Any:
+    out = out * (maxval - minval) + minval  # Python floats keep the array's dtype
+    top = _below_max(out.dtype, minval, maxval)
+    return out if top is None else np.minimum(out, top)
+
+
 def _random_uniform(xp, *dyn, shape, dtype, seed, minval, maxval, res, node_name, hint=None):
     shape = shape if shape is not None else _ints(dyn[0])
     rng = res.rng(node_name, seed)
@@ -55,7 +79,7 @@ def _random_uniform(xp, *dyn, shape, dtype, seed, minval, maxval, res, node_name
         return _s(rng.integers(minval, maxval, size=shape, dtype=dtype.np))
     out = _sample_float(rng.random, shape, dtype, uniform=True)
     if minval != 0 or maxval != 1:
-        out = out * (maxval - minval) + minval  # Python floats keep the array's dtype
+        out = _scale_uniform(out, minval, maxval)
     return _s(out)
 
 
@@ -81,12 +105,16 @@ def _bind_random_uniform(xp, *, shape, dtype, seed, minval, maxval, res, node_na
         return uniform_int
     scaled = minval != 0 or maxval != 1
     width = maxval - minval
+    top = _below_max(np.dtype(np_dt), minval, maxval) if scaled else None
     random = gen.random
+    minimum = np.minimum
 
     def uniform():
         out = random(size=shape, dtype=np_dt)
         if scaled:
             out = out * width + minval  # Python floats keep the array's dtype
+            if top is not None:
+                out = minimum(out, top, out=out) if out.ndim else minimum(out, top)
         return out[()] if out.ndim == 0 else out
 
     return uniform
@@ -115,19 +143,36 @@ not_differentiable("RandomUniform", "RandomNormal")
 
 
 def _static_number(v: Any) -> Any:
-    """A build-time Python number, or None when v is a tensor of unknown value."""
+    """A build-time Python number, or None when v is a tensor of unknown value or not a
+    scalar (an array of bounds broadcasts against the samples, as in TF)."""
     if _is_tensorlike(v):
         v = constant_value(v)
         if v is None:
             return None
-    return v.item() if hasattr(v, "item") else v
+    v = np.asarray(v)
+    return v.item() if v.ndim == 0 else None
+
+
+def _tensor_param(v: Any, dtype: dtypes.DType) -> Any:
+    """A bound or moment that is not a static scalar: tensors as they are (their dtype
+    must match), anything else (a list, an array) as a constant of the samples' dtype."""
+    return v if _is_tensorlike(v) else convert_to_tensor(v, dtype=dtype)
+
+
+def _seed_attr(seed: Any) -> int | None:
+    """TF seeds are int64: a negative one is accepted and names another stream (numpy's
+    generators take only non-negative seeds)."""
+    if seed is None:
+        return None
+    seed = int(seed)
+    return seed + 2**64 if seed < 0 else seed
 
 
 def _random(
     type_: str, shape: Any, dtype: Any, seed: Any, name: str | None, **params: Any
 ) -> Tensor:
     static, hint, dyn = _shape_arg(shape)
-    seed = None if seed is None else int(seed)
+    seed = _seed_attr(seed)
     attrs = dict(shape=static, dtype=dtypes.as_dtype(dtype), seed=seed, **params)
     if dyn is None:
         return apply(type_, [], name, **attrs)
@@ -145,7 +190,8 @@ def random_uniform(
     """``rng.uniform(minval, maxval, size=shape).astype(dtype)``: samples in [minval, maxval).
 
     maxval defaults to 1 for floats; integer dtypes need maxval. minval/maxval may be
-    tensors (floats only). Each run draws new values; `seed` makes the sequence repeatable.
+    tensors or arrays that broadcast against the samples (floats only). Each run draws
+    new values; `seed` makes the sequence repeatable.
     """
     dt = dtypes.as_dtype(dtype)
     if maxval is None:
@@ -157,6 +203,7 @@ def random_uniform(
         if not dt.is_floating:
             raise ValueError("random_uniform: tensor minval/maxval need a float dtype")
         unit = _random("RandomUniform", shape, dt, seed, name, minval=0.0, maxval=1.0)
+        minval, maxval = _tensor_param(minval, dt), _tensor_param(maxval, dt)
         return unit * (maxval - minval) + minval
     if dt.is_integer:
         if int(lo) >= int(hi):
@@ -177,8 +224,8 @@ def random_normal(
 ) -> Tensor:
     """``rng.normal(mean, stddev, size=shape).astype(dtype)``.
 
-    mean/stddev may be tensors. Each run draws new values; `seed` makes the sequence
-    repeatable.
+    mean/stddev may be tensors or arrays that broadcast against the samples. Each run
+    draws new values; `seed` makes the sequence repeatable.
     """
     dt = dtypes.as_dtype(dtype)
     if not dt.is_floating:
@@ -186,5 +233,5 @@ def random_normal(
     m, s = _static_number(mean), _static_number(stddev)
     if m is None or s is None:
         unit = _random("RandomNormal", shape, dt, seed, name, mean=0.0, stddev=1.0)
-        return unit * stddev + mean
+        return unit * _tensor_param(stddev, dt) + _tensor_param(mean, dt)
     return _random("RandomNormal", shape, dt, seed, name, mean=float(m), stddev=float(s))
