@@ -43,7 +43,7 @@ def format_graph(graph: Graph | None = None, *, devices: bool = False) -> str:
             line += f"  frame={op.frame_name}"
         if devices and op.device:
             line += f"  @{op.device}"
-        lines.append(line)
+        lines.append(line.replace("\n", "\\n").replace("\r", "\\r"))  # (one line an op)
     return "\n".join(lines) + "\n"
 
 

@@ -27,12 +27,16 @@ def to_chrome_trace(events: list) -> dict:
         if (dev, track) not in tids:
             tids[(dev, track)] = len([k for k in tids if k[0] == dev]) + 1
             out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tids[(dev, track)],
-                        "args": {"name": track}})
+                        "ts": 0, "args": {"name": track}})
+        # (the end from t1 as the start from t0: an op that starts as the one before it
+        # ends does not overlap it, which would nest the two wrongly on their track)
+        ts, end = (t0 - t_origin) * 1e6, (t1 - t_origin) * 1e6
         out.append({"ph": "X", "name": name, "cat": type_, "pid": pid, "tid": tids[(dev, track)],
-                    "ts": (t0 - t_origin) * 1e6, "dur": max((t1 - t0) * 1e6, 0.01),
+                    "ts": ts, "dur": max(end - ts, 0.0),
                     "args": {"type": type_, "frame": frame or "<root>", "iteration": it}})
     for dev, pid in pids.items():
-        out.append({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": dev}})
+        out.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "ts": 0,
+                    "args": {"name": dev}})
     return {"traceEvents": out, "displayTimeUnit": "ms"}
 
 
@@ -50,7 +54,9 @@ def plot(run_metadata: Any, path: str, *, title: str | None = None) -> str:
 
     events = run_metadata.trace if hasattr(run_metadata, "trace") else run_metadata
     if not events:
-        raise ValueError("the run metadata holds no trace; run with RunOptions(trace=True)")
+        raise ValueError("the trace is empty: nothing to plot (run with RunOptions(trace=True) "
+                         "and a RunMetadata; a run that failed or computed nothing records "
+                         "no events)")
     if isinstance(path, (str, os.PathLike)):      # (a file object is written as a PNG)
         path = os.fspath(path)
         if not os.path.splitext(path)[1]:
