@@ -32,7 +32,8 @@ def differentiable(t: Tensor) -> bool:
 class GradState:
     """Bookkeeping of one gradients() call."""
 
-    def __init__(self, graph: Graph, source: str, targets: dict[Tensor, None]) -> None:
+    def __init__(self, graph: Graph, source: str, targets: dict[Tensor, None],
+                 stops: set[Tensor] | None = None) -> None:
         self.graph = graph
         self.source = source          # names this call's gradient TensorArrays
         # every x asked for (also those inside loops), in the order asked: a dict as an
@@ -40,6 +41,9 @@ class GradState:
         # and a set of tensors (hashed by identity) would order them differently in every
         # process, giving the same graph different names and node orders
         self.targets = targets
+        # stop_gradients: they pass no gradient on, at any level (also inside a cond
+        # branch or a loop body)
+        self.stops = stops or set()
         # second order: forward tensor -> stacks holding gradients of its saved copies
         self.stack_grads: dict[Tensor, list[Tensor]] = {}
         self.stack_grad_loops: dict[Any, list[Operation]] = {}
@@ -79,15 +83,15 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None, name: str | None = None,
         # of the tensor it meets), and becomes a Const of ys' graph
         gy_l = [None if v is None else convert_in(v, g, None if _is_tensorlike(v) else y.dtype)
                 for y, v in zip(ys_l, _grad_y_values(ys, len(ys_l), grad_ys))]
-    stops = {convert_to_tensor(s) for s in nest.flatten(stop_gradients)} if stop_gradients \
-        else set()
+    stops = set() if stop_gradients is None else \
+        {convert_to_tensor(s) for s in nest.flatten(stop_gradients)}
     with g.as_default(), g.name_scope(name or "gradients"):
         x_groups = [_resolve_x(x) for x in xs_in]
         for x in xs_in:
             if isinstance(x, Tensor):
                 _check_not_in_loop(x)
         targets = dict.fromkeys(t for grp in x_groups for t in grp)
-        state = GradState(g, f"{g._scope}grad{next(_call_ids)}", targets)
+        state = GradState(g, f"{g._scope}grad{next(_call_ids)}", targets, stops)
         _ACTIVE.append(state)
         try:
             if g._ctx is not None:
@@ -103,8 +107,7 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None, name: str | None = None,
             flat_x = [t for grp in x_groups for t in grp]
             # every x is also walked through: an x computed from another x passes its
             # gradient on, and each gets its total derivative (TF's rule)
-            grads = vjp(state, ys_l, flat_x, gy_full, level=None, stops=stops,
-                        through=set(flat_x))
+            grads = vjp(state, ys_l, flat_x, gy_full, level=None, through=set(flat_x))
         finally:
             _ACTIVE.pop()
         out: list[Tensor | None] = []
@@ -339,7 +342,7 @@ def _nested_in(c: Any, ctx: Any) -> bool:
 
 
 def vjp(state: GradState, ys: list[Tensor], xs: list[Tensor], grad_ys: list,
-        level: Any, stops: set | None = None, through: set | None = None) -> list[Tensor | None]:
+        level: Any, through: set | None = None) -> list[Tensor | None]:
     """Gradients of ys (weighted by grad_ys) w.r.t. xs, all at nesting `level`.
 
     Targets of the whole gradients() call that live inside a nested loop/cond are
@@ -348,14 +351,13 @@ def vjp(state: GradState, ys: list[Tensor], xs: list[Tensor], grad_ys: list,
     branch's Switch outputs, a loop body's inputs), except at those in `through`: a
     requested x whose own inputs may lead to other xs; its gradient is its total one.
     """
-    stops = stops or set()
     through = through or set()
     units = _Units(level, state.graph)
     xset = set(xs)
-    # where the walk ends: an x not walked through
-    ends = xset - through
-    # Backward reachability from ys over units, stopping at xs (but those in `through`)
-    # and stop-gradients.
+    # where the walk ends: an x not walked through, and a stop-gradient (which gets its
+    # own gradient, as in TF1, but passes none on to what it is computed from)
+    ends = (xset - through) | state.stops
+    # Backward reachability from ys over units, stopping at the ends.
     order: list[_Unit] = []
     seen: set[int] = set()
     reaches: dict[int, bool] = {}
@@ -377,8 +379,6 @@ def vjp(state: GradState, ys: list[Tensor], xs: list[Tensor], grad_ys: list,
         while path:
             top = path[-1]
             for t in top[2]:
-                if t in stops:
-                    continue
                 if t in xset:
                     top[1] = True
                 pu = units.of(t)
@@ -434,7 +434,7 @@ def vjp(state: GradState, ys: list[Tensor], xs: list[Tensor], grad_ys: list,
             producer[t] = u
     for u in order:
         for t in u.inputs:
-            if t in ends or t in stops:
+            if t in ends:
                 continue
             pu = units.of(t)
             if pu is not None and id(pu) in between:
@@ -472,17 +472,16 @@ def vjp(state: GradState, ys: list[Tensor], xs: list[Tensor], grad_ys: list,
             need = []
             for t in u.inputs:
                 pu = units.of(t) if t not in ends else None
-                need.append(t not in stops and (t in xset or (pu is not None and
-                                                              id(pu) in between)))
+                need.append(t in xset or (pu is not None and id(pu) in between))
         in_grads, extra = _unit_grad(state, u, out_grads, internal, need)
         for t, gi in zip(u.inputs, in_grads):
-            if gi is not None and t not in stops and differentiable(t):
+            if gi is not None and differentiable(t):
                 grads.setdefault(t, []).append(gi)
         for t, gi in extra.items():
             if gi is not None:
                 inner.setdefault(t, []).append(gi)
         for t in u.inputs:
-            if t in ends or t in stops:
+            if t in ends:
                 continue
             pu = units.of(t)
             if pu is not None and id(pu) in between and id(pu) not in done:
@@ -539,21 +538,56 @@ def _op_grad(op: Operation, out_grads: list) -> list:
     if fn is None:
         return [None] * len(op.inputs)
     with colocated(op):
-        res = fn(op, *out_grads)
-    if isinstance(res, Tensor) or res is None:
+        res = _call_grad_fn(fn, op, out_grads)
+    if not isinstance(res, (list, tuple)):
         res = [res]
-    res = list(res)
     if len(res) != len(op.inputs):
         raise ValueError(f"gradient of {op.type} '{op.name}' returned {len(res)} values for "
                          f"{len(op.inputs)} inputs")
-    res = [None if r is None else convert_to_tensor(r) for r in res]
+    res = [None if r is None else _grad_as_tensor(op, i, r) for i, r in enumerate(res)]
     for i, (t, r) in enumerate(zip(op.inputs, res)):
+        if r is not None and differentiable(t) and r.dtype is not t.dtype:
+            raise TypeError(
+                f"gradient of {op.type} '{op.name}' for input {i} ('{t.name}', {t.type}) has "
+                f"dtype {r.dtype}; a gradient has the dtype of its input (check the "
+                "registered gradient function)")
         if r is not None and not _shapes_compatible(t.shape, r.shape):
             raise ValueError(
                 f"gradient of {op.type} '{op.name}' for input {i} ('{t.name}', shape "
                 f"{shape_str(t.shape)}) has shape {shape_str(r.shape)}; a gradient has "
                 "the shape of its input (check grad_ys, or the registered gradient function)")
     return res
+
+
+def _call_grad_fn(fn: Any, op: Operation, out_grads: list) -> Any:
+    """fn(op, *out_grads), an error it raises naming the op whose gradient it builds (a
+    bare error from a user's RegisterGradient function does not say which op it was)."""
+    try:
+        return fn(op, *out_grads)
+    except Exception as e:
+        where = f"gradient of {op.type} '{op.name}'"
+        if str(e).startswith(where):
+            raise
+        try:
+            err = type(e)(f"{where} (registered function {getattr(fn, '__name__', fn)!r}) "
+                          f"raised: {e}")
+        except Exception:
+            e.add_note(f"while building the {where}")  # (an error type with other arguments)
+            raise
+        raise err.with_traceback(e.__traceback__) from e
+
+
+def _grad_as_tensor(op: Operation, i: int, r: Any) -> Tensor:
+    """A gradient function's value for input i as a tensor: a Python or numpy value takes
+    the input's dtype (0.0 for a float64 input), as grad_ys does."""
+    from dcf.ops.array_ops import _is_tensorlike
+
+    t = op.inputs[i]
+    try:
+        return convert_in(r, op.graph, None if _is_tensorlike(r) else t.dtype)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"gradient of {op.type} '{op.name}' for input {i} ('{t.name}', "
+                        f"{t.type}) is not a tensor: {e}") from e
 
 
 def _shapes_compatible(a: tuple | None, b: tuple | None) -> bool:
