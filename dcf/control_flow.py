@@ -9,7 +9,7 @@ import numpy as np
 
 from dcf import dtypes, nest
 from dcf.graph import (
-    ControlFlowContext, Operation, Tensor, TensorType, shape_str,
+    ControlFlowContext, Operation, Tensor, TensorType, shape_str, shapes_compatible,
 )
 from dcf.ops.control_ops import identity, merge, switch
 from dcf.ops.registry import OPS, apply, convert_to_tensor, graph_of
@@ -561,8 +561,7 @@ def _check_loop_var(fname: str, k: int, leaves: list, enter: Tensor, result: Ten
     a, b = enter.shape, result.shape
     if a is None:
         return
-    if lenient and (b is None or (len(a) == len(b) and all(
-            x is None or y is None or x == y for x, y in zip(a, b)))):
+    if lenient and shapes_compatible(a, b):
         return  # gradient loops: values have the forward shapes at run time
     if b is None or len(a) != len(b) or any(x is not None and x != y for x, y in zip(a, b)):
         raise ValueError(

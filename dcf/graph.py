@@ -44,6 +44,14 @@ def shape_str(shape: Shape | None) -> str:
     return "[" + ",".join("?" if d is None else str(d) for d in shape) + "]"
 
 
+def shapes_compatible(a: Shape | None, b: Shape | None) -> bool:
+    """Whether static shapes a and b may be one shape: None is an unknown rank, a None
+    dimension an unknown size."""
+    if a is None or b is None:
+        return True
+    return len(a) == len(b) and all(x is None or y is None or x == y for x, y in zip(a, b))
+
+
 class Tensor:
     """Symbolic value: output `index` of `op`. Equality and hash are identity."""
 
@@ -426,6 +434,23 @@ def _stack() -> list[Graph]:
     if s is None:
         s = _local.stack = []
     return s
+
+
+def upstream_ops(ops: list, fed: Any = ()) -> set[Operation]:
+    """`ops` and every op they depend on, through data and control inputs, not looking
+    behind the tensors in `fed` (an op all of whose outputs are fed is not needed)."""
+    fed = set(fed)
+    fed_ops = {t.op for t in fed if all(o in fed for o in t.op.outputs)}
+    seen: set[Operation] = set()
+    stack = list(ops)
+    while stack:
+        op = stack.pop()
+        if op in seen or op in fed_ops:
+            continue
+        seen.add(op)
+        stack.extend(t.op for t in op.inputs if t not in fed)
+        stack.extend(op.control_inputs)
+    return seen
 
 
 def get_default_graph() -> Graph:

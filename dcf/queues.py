@@ -17,7 +17,9 @@ import numpy as np
 from dcf import dtypes
 from dcf.errors import CancelledError, InvalidArgumentError, OutOfRangeError
 from dcf.token import WouldBlock
-from dcf.graph import Operation, Tensor, TensorType, get_default_graph, shape_str
+from dcf.graph import (
+    Operation, Tensor, TensorType, get_default_graph, shape_str, shapes_compatible,
+)
 from dcf.ops import state_ops
 from dcf.ops.registry import (
     Kind, OpDef, apply, constant_value, convert_in, not_differentiable, register,
@@ -265,8 +267,7 @@ class FIFOQueue:
                 if s[0] is not None:
                     firsts.add(s[0])
                 s = s[1:]
-            if want is not None and not (len(s) == len(want) and all(
-                    a is None or b is None or a == b for a, b in zip(s, want))):
+            if want is not None and not shapes_compatible(s, want):
                 raise ValueError(f"{op}: component {k} has {'elements of ' if many else ''}"
                                  f"shape {shape_str(s)}, queue '{self.name}' holds "
                                  f"{shape_str(want)}")

@@ -24,7 +24,7 @@ from dcf.device import DeviceSpec
 from dcf.errors import CancelledError, DeadlineExceededError, InvalidArgumentError
 from dcf.executor import check_fetches
 from dcf.gil import share_if_due
-from dcf.graph import Graph, Operation, Tensor, get_default_graph
+from dcf.graph import Graph, Operation, Tensor, get_default_graph, upstream_ops
 from dcf.interrupts import Interrupt
 from dcf.ops.data_ops import STEP_STORES
 from dcf.ops.registry import as_value
@@ -773,20 +773,9 @@ def _convert_feeds(feed_dict: dict | None, graph: Graph) -> tuple[list, list]:
 
 
 def _prune(targets: list, feeds: list[Tensor]) -> list[Operation]:
-    """The ops needed to compute `targets`, not looking behind fed tensors."""
-    fed = set(feeds)
-    seen: set[Operation] = set()
-    stack = [t.op if isinstance(t, Tensor) else t for t in targets]
-    fed_ops = {t.op for t in fed if all(o in fed for o in t.op.outputs)}
-    while stack:
-        op = stack.pop()
-        if op in seen or op in fed_ops:
-            continue
-        seen.add(op)
-        for t in op.inputs:
-            if t not in fed:
-                stack.append(t.op)
-        stack.extend(op.control_inputs)
+    """The ops needed to compute `targets`, not looking behind fed tensors, in the
+    graph's order."""
+    seen = upstream_ops([t.op if isinstance(t, Tensor) else t for t in targets], feeds)
     g_ops = targets[0].graph._ops if targets else []
     return [op for op in g_ops if op in seen]
 

@@ -16,7 +16,9 @@ from typing import Any
 
 from dcf import dtypes, nest
 from dcf.control_flow import CondInfo, WhileContext
-from dcf.graph import Graph, Operation, Tensor, get_default_graph, shape_str
+from dcf.graph import (
+    Graph, Operation, Tensor, get_default_graph, shape_str, shapes_compatible,
+)
 from dcf.ops.registry import GRADIENTS, broadcast_shape, convert_in, convert_to_tensor
 
 __all__ = ["gradients", "GradState", "vjp", "differentiable", "sum_grads"]
@@ -150,7 +152,7 @@ def _checked_grad_y(i: int, y: Tensor, gy: Tensor) -> Tensor:
         out = broadcast_shape(gy.shape, y.shape)
     except ValueError:
         out = ()   # cannot broadcast: reported below
-    if not _shapes_compatible(out, y.shape) or (
+    if not shapes_compatible(out, y.shape) or (
             out is not None and gy.shape is not None and len(gy.shape) > len(y.shape)):
         raise ValueError(f"{what} does not have the shape of ys[{i}] ('{y.name}', {y.type})")
     if gy.shape == y.shape or not differentiable(y):
@@ -551,7 +553,7 @@ def _op_grad(op: Operation, out_grads: list) -> list:
                 f"gradient of {op.type} '{op.name}' for input {i} ('{t.name}', {t.type}) has "
                 f"dtype {r.dtype}; a gradient has the dtype of its input (check the "
                 "registered gradient function)")
-        if r is not None and not _shapes_compatible(t.shape, r.shape):
+        if r is not None and not shapes_compatible(t.shape, r.shape):
             raise ValueError(
                 f"gradient of {op.type} '{op.name}' for input {i} ('{t.name}', shape "
                 f"{shape_str(t.shape)}) has shape {shape_str(r.shape)}; a gradient has "
@@ -588,11 +590,4 @@ def _grad_as_tensor(op: Operation, i: int, r: Any) -> Tensor:
     except (TypeError, ValueError) as e:
         raise TypeError(f"gradient of {op.type} '{op.name}' for input {i} ('{t.name}', "
                         f"{t.type}) is not a tensor: {e}") from e
-
-
-def _shapes_compatible(a: tuple | None, b: tuple | None) -> bool:
-    """Whether static shapes a and b (None: unknown) may be the same shape."""
-    if a is None or b is None:
-        return True
-    return len(a) == len(b) and all(x is None or y is None or x == y for x, y in zip(a, b))
 

@@ -9,7 +9,9 @@ import numpy as np
 
 from dcf import dtypes
 from dcf.errors import InvalidArgumentError
-from dcf.graph import Operation, Tensor, TensorType, get_default_graph
+from dcf.graph import (
+    Operation, Tensor, TensorType, get_default_graph, shapes_compatible, upstream_ops,
+)
 from dcf.ops.registry import (
     Kind, OpDef, apply, constant_value, convert_in, convert_to_tensor, not_differentiable,
     register,
@@ -534,7 +536,7 @@ def _guard_uninitialized_reads(init: Tensor) -> Tensor:
     same values whichever variable it initializes first. The ops between the reads and
     `init` are copied (the user's own stay as they are); an initial value whose reads
     reach it through control flow or another stateful op is left as it is."""
-    ops = sorted(_ancestors(init.op), key=lambda o: o._id)
+    ops = sorted(upstream_ops([init.op]), key=lambda o: o._id)
     if not any(op.type == "ReadVariableOp" for op in ops):
         return init
     g = init.graph
@@ -557,19 +559,6 @@ def _guard_uninitialized_reads(init: Tensor) -> Tensor:
     return new.get(init, init)
 
 
-def _ancestors(op: Operation) -> set[Operation]:
-    """`op` and every op it depends on (through data and control inputs)."""
-    seen = {op}
-    stack = [op]
-    while stack:
-        cur = stack.pop()
-        for dep in [t.op for t in cur.inputs] + cur.control_inputs:
-            if dep not in seen:
-                seen.add(dep)
-                stack.append(dep)
-    return seen
-
-
 def _leaf(name: str) -> str:
     return name.rsplit("/", 1)[-1]
 
@@ -582,8 +571,7 @@ def _check_static_shape(var: Variable, type_: str, got: Any, name: str) -> None:
     if want is None or got is None:
         return
     if type_ == "AssignVariableOp":
-        if len(got) == len(want) and all(a is None or b is None or a == b
-                                         for a, b in zip(got, want)):
+        if shapes_compatible(got, want):
             return
         what = "assign a value of shape"
     else:
