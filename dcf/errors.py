@@ -40,17 +40,22 @@ def describe_op(op: Any) -> str:
     return f"{text} on {device}" if device else text
 
 
-def op_error(op: Any, frame: str | None, iteration: int | None, cause: BaseException) -> DcfError:
+def op_error(op: Any, frame: str | None, iteration: int | None, cause: BaseException,
+             outer: tuple = ()) -> DcfError:
     """Wrap an exception raised while running `op` into the matching DcfError.
 
-    The message leads with the op, says where (device, frame, iteration), then what
-    was wrong, then where the op was created.
+    The message leads with the op, says where (device, frame, iteration, and for a
+    nested loop the enclosing loops' frames and iterations, innermost first: `outer`
+    holds their (frame, iteration) pairs), then what was wrong, then where the op was
+    created.
     """
     if isinstance(cause, DcfError) and getattr(cause, "_dcf_located", False):
         return cause
     where = describe_op(op)
     if frame is not None:
         where += f", frame '{frame or '<root>'}' iteration {iteration}"
+        for name, it in outer:
+            where += f", inside frame '{name}' iteration {it}"
     detail = str(cause) or type(cause).__name__
     if not isinstance(cause, DcfError):
         detail = f"{type(cause).__name__}: {detail}"
@@ -72,10 +77,11 @@ def op_error(op: Any, frame: str | None, iteration: int | None, cause: BaseExcep
     return err
 
 
-def node_error(node: Any, iteration: Any, cause: BaseException) -> DcfError:
+def node_error(node: Any, iteration: Any, cause: BaseException,
+               outer: tuple = ()) -> DcfError:
     """op_error for a node of an execution plan (a NodeInfo: its op, and its frame and
     iteration inside a loop; the root frame has neither)."""
     in_loop = node.frame.parent is not None
     return op_error(node.op if node.op is not None else node,
                     node.frame.name if in_loop else None, iteration if in_loop else None,
-                    cause)
+                    cause, outer if in_loop else ())

@@ -389,8 +389,13 @@ class Executor:
     # ------------------------------------------------------------- helpers
     def _error(self, node: Any, ist: IterState, e: BaseException) -> Exception:
         frame = ist.frame.info.name if ist.frame.parent_ist is not None else None
+        outer = []
+        p = ist.frame.parent_ist
+        while p is not None and p.frame.parent_ist is not None:   # enclosing loops
+            outer.append((p.frame.info.name, p.it))
+            p = p.frame.parent_ist
         return op_error(node.op if node.op is not None else node, frame,
-                        ist.it if frame is not None else None, e)
+                        ist.it if frame is not None else None, e, tuple(outer))
 
     def _trace(self, node: Any, ist: IterState, t0: float) -> None:
         self.trace.append((node.name, node.type, ist.frame.info.name, ist.it, t0, self.clock()))

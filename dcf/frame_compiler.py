@@ -155,7 +155,11 @@ class _Codegen:
         self.dead_entry = dead_entry
         self.lines: list[str] = []
         self.line_node: dict[int, tuple[NodeInfo, str]] = {}
-        self.yield_sites: dict[int, tuple[str, str]] = {}   # line -> (frame, counter)
+        # line -> (frame, counter, the loops around it as in outer_of)
+        self.yield_sites: dict[int, tuple[str, str, tuple]] = {}
+        self.loops: list[tuple[str, str]] = []     # (frame, counter) of the loops being emitted
+        # loop counter -> (frame, counter) of the loops around it, innermost first
+        self.outer_of: dict[str, tuple] = {}
         self.env: dict[str, Any] = {"DEAD": DEAD, "_I0": _INT0, "_I1": _INT1,
                                     "_pc": time.perf_counter, "_YIELD_S": _YIELD_S,
                                     "_err": InvalidArgumentError, "_chkp": check_pred}
@@ -280,7 +284,7 @@ class _Codegen:
         gen_fn = ns["frame"]
         line_node = self.line_node
         _register_yields(gen_fn, fname, self.yield_sites)
-        return _with_errors(gen_fn, fname, line_node)
+        return _with_errors(gen_fn, fname, line_node, self.outer_of)
 
     def build_root(self) -> Any:
         root = self.cf.frame
@@ -308,7 +312,7 @@ class _Codegen:
         ns: dict[str, Any] = dict(self.env)
         exec(_compiled(src, fname), ns)
         _register_yields(ns["root"], fname, self.yield_sites)
-        return _with_errors(ns["root"], fname, self.line_node)
+        return _with_errors(ns["root"], fname, self.line_node, self.outer_of)
 
     def plan_early_fetches(self, root: FrameInfo) -> None:
         """(node id, output) -> fetch index of the root's fetched GPU values whose copy to
@@ -339,6 +343,8 @@ class _Codegen:
                    enter_expr: dict[int, str], entry_dead: bool) -> list[NodeInfo]:
         """Emit the loop for frame `f`; return its Exit nodes (values in x{id})."""
         itv = f"it{len(self.lines)}"
+        self.outer_of[itv] = tuple(reversed(self.loops))
+        self.loops.append((f.name, itv))
         # loop constants and loop-variable entries
         merges_of_enter: dict[int, NodeInfo] = {}
         for e in enters:
@@ -447,7 +453,7 @@ class _Codegen:
         self.emit(b + 1, "_n = _N; _last = _now")
         self.emit(b + 1, "if _now > _deadline:")
         self.emit(b + 2, "yield")
-        self.yield_sites[len(self.lines)] = (f.name, itv)
+        self.yield_sites[len(self.lines)] = (f.name, itv, self.outer_of[itv])
         self.emit(b + 2, "_deadline = _pc() + _YIELD_S")
         held = self.held.pop(itv)
         if held:
@@ -461,6 +467,7 @@ class _Codegen:
             self.emit(d, f"_swt{itv}(True)")     # at its end: pays all that is owed
         for x in f.exits:
             self.mayd[(x.id, 0)] = entry_dead  # a live loop always ends with live exits
+        self.loops.pop()
         return f.exits
 
     def stack_gpus(self, f: FrameInfo) -> tuple[list, bool]:
@@ -1359,7 +1366,7 @@ def _compiled(src: str, fname: str) -> Any:
 
 
 # generated code's file name -> {line of a loop's yield: (frame name, its counter)}
-_YIELD_SITES: dict[str, dict[int, tuple[str, str]]] = {}
+_YIELD_SITES: dict[str, dict[int, tuple[str, str, tuple]]] = {}
 
 
 def _register_yields(gen_fn: Any, fname: str, sites: dict) -> None:
@@ -1371,7 +1378,8 @@ def _register_yields(gen_fn: Any, fname: str, sites: dict) -> None:
 def where_suspended(gen: Any) -> str | None:
     """Where a compiled run that yielded stands, for an error that stops it there (a
     deadline): "while_loop frame 'F' before iteration N" (the innermost loop; its
-    iterations yield at their end, after the counter's increment), or None."""
+    iterations yield at their end, after the counter's increment), then ", inside frame
+    'G' iteration M" for each loop around it, or None."""
     g, hit = gen, None
     while g is not None:
         frame = getattr(g, "gi_frame", None)
@@ -1379,31 +1387,37 @@ def where_suspended(gen: Any) -> str | None:
             sites = _YIELD_SITES.get(frame.f_code.co_filename)
             site = sites.get(frame.f_lineno) if sites else None
             if site is not None:
-                hit = (site[0], frame.f_locals.get(site[1]))
+                local = frame.f_locals
+                hit = (site[0], local.get(site[1]),
+                       [(name, local.get(v)) for name, v in site[2]])
         g = getattr(g, "gi_yieldfrom", None)
     if hit is None:
         return None
-    return f"while_loop frame '{hit[0]}' before iteration {hit[1]}"
+    return (f"while_loop frame '{hit[0]}' before iteration {hit[1]}"
+            + "".join(f", inside frame '{name}' iteration {it}" for name, it in hit[2]))
 
 
-def _with_errors(gen_fn: Any, fname: str, line_node: dict) -> Any:
-    """Wrap the generated generator so kernel errors name the op, frame and iteration."""
+def _with_errors(gen_fn: Any, fname: str, line_node: dict, outer_of: dict) -> Any:
+    """Wrap the generated generator so kernel errors name the op, frame and iteration
+    (and the iterations of the loops around it that this code runs)."""
 
     def run(enter_values: dict) -> Any:
         try:
             return (yield from gen_fn(enter_values))
         except Exception as e:
             tb = sys.exc_info()[2]
-            node, itv, it = None, "", None
+            node, itv, it, outer = None, "", None, ()
             while tb is not None:
                 if tb.tb_frame.f_code.co_filename == fname:
                     hit = line_node.get(tb.tb_lineno)
                     if hit is not None:
                         node, itv = hit
-                        it = tb.tb_frame.f_locals.get(itv)
+                        local = tb.tb_frame.f_locals
+                        it = local.get(itv)
+                        outer = tuple((name, local.get(v)) for name, v in outer_of.get(itv, ()))
                 tb = tb.tb_next
             if node is None:
                 raise
-            raise node_error(node, it, e) from e
+            raise node_error(node, it, e, outer) from e
 
     return run

@@ -100,7 +100,7 @@ def test_kernel_error_in_a_nested_loop_names_the_inner_frame(compiled, run_graph
     with pytest.raises(
         InvalidArgumentError,
         match=r"PyFunc 'out2/in2/cell2', frame 'out2/in2' "
-        r"iteration 2: ValueError: bad value 12",
+        r"iteration 2, inside frame 'out2' iteration 1: ValueError: bad value 12",
     ):
         run_graph(out2, config=compiled)
 

@@ -288,7 +288,8 @@ def test_errors_in_a_nested_loop_name_the_inner_frame_and_its_iteration(compiled
     with pytest.raises(
         OutOfRangeError,
         match=r"TensorArrayWriteV3 'outer/inner/TensorArrayWrite', frame "
-        r"'outer/inner' iteration 2: write of index 2 to TensorArray "
+        r"'outer/inner' iteration 2, inside frame 'outer' iteration 2: write of index 2 "
+        r"to TensorArray "
         r"'outer/row' \(size 2, dynamic_size=False\)",
     ):
         run_graph(ta.stack(), config=compiled)
