@@ -32,66 +32,97 @@ class QueueStore:
     """The elements of one queue and the futures of ops waiting on it.
 
     Runs of an AsyncSession in several threads' event loops share it: its state changes
-    under a lock, and a waiter of another loop is woken through that loop."""
+    under a lock, and a waiter of another loop is woken through that loop. A put wakes
+    the waiting takes, a take the waiting puts (a close both). A take waiting for more
+    elements than the capacity (TF's dequeue_many(n) takes them as they come) lets puts
+    fill the queue up to what it waits for."""
 
     _PRUNE_AT = 64      # waiters kept before those given up on (timed out) are dropped
 
     def __init__(self, name: str, capacity: int) -> None:
         self.name = name
-        self.capacity = capacity
+        self.capacity = capacity if capacity >= 0 else float("inf")    # TF: < 0, no limit
         self.items: deque = deque()
         self.closed = False
-        self._waiters: list[asyncio.Future] = []
+        self._waiters: list[tuple[asyncio.Future, int]] = []     # takes: (future, count)
+        self._putters: list[tuple[asyncio.Future, int]] = []
         self._lock = threading.Lock()
-
-    def _wait(self) -> asyncio.Future:
-        fut = asyncio.get_running_loop().create_future()
-        if len(self._waiters) >= self._PRUNE_AT:
-            self._waiters = [f for f in self._waiters if not f.done()]
-        self._waiters.append(fut)
-        return fut
-
-    def _wake(self) -> None:
-        waiters, self._waiters = self._waiters, []
-        if not waiters:
-            return
-        try:
-            here = asyncio.get_running_loop()
-        except RuntimeError:
-            here = None
-        for f in waiters:
-            loop = f.get_loop()
-            if loop is here:
-                _set_if_waiting(f)
-            elif not loop.is_closed():
-                loop.call_soon_threadsafe(_set_if_waiting, f)
 
     def put(self, elems: list[tuple]) -> None:
         with self._lock:
             if self.closed:
                 raise CancelledError(f"enqueue to queue '{self.name}': it is closed")
-            if len(self.items) + len(elems) > self.capacity and self.items:
-                raise WouldBlock(self._wait())
+            # (more elements than can ever fit go in whole once the queue is empty)
+            if len(self.items) + len(elems) > self._limit() and self.items:
+                raise WouldBlock(_wait(self._putters, len(elems)))
             self.items.extend(elems)
-            self._wake()
+            self._waiters = _wake(self._waiters)
+
+    def _limit(self) -> float:
+        wanted = max((n for f, n in self._waiters if not f.done()), default=0)
+        return max(self.capacity, wanted)
 
     def take(self, n: int | None) -> list[tuple]:
         want = 1 if n is None else n
         with self._lock:
             if len(self.items) >= want:
+                if n:
+                    self._check_stackable(want)
                 out = [self.items.popleft() for _ in range(want)]
-                self._wake()
+                self._putters = _wake(self._putters)
                 return out
             if self.closed:
                 raise OutOfRangeError(f"queue '{self.name}' is closed and has "
                                       f"{len(self.items)} elements, fewer than the {want} "
                                       "requested")
-            raise WouldBlock(self._wait())
+            fut = _wait(self._waiters, want)
+            if want > self.capacity:
+                self._putters = _wake(self._putters)    # (they may fill it up to `want`)
+            raise WouldBlock(fut)
+
+    def _check_stackable(self, n: int) -> None:
+        """The first n elements stack into one array per component (the queue's shapes
+        may leave dimensions open): else an error, and they stay in the queue."""
+        first = [self.items[i] for i in range(n)]
+        for k in range(len(first[0])):
+            shapes = [np.shape(e[k]) for e in first]
+            odd = next((s for s in shapes if s != shapes[0]), None)
+            if odd is not None:
+                raise InvalidArgumentError(
+                    f"dequeue_many({n}) from queue '{self.name}': shape mismatch in "
+                    f"component {k}: elements of shapes {list(shapes[0])} and {list(odd)} "
+                    "cannot be stacked (they stay in the queue)")
 
     def close(self) -> None:
         with self._lock:
             self.closed = True
-            self._wake()
+            self._waiters = _wake(self._waiters)
+            self._putters = _wake(self._putters)
+
+
+def _wait(waiters: list[tuple[asyncio.Future, int]], count: int) -> asyncio.Future:
+    """A new future of an op waiting for `count` elements (or room for them), appended
+    to `waiters` (from which those given up on are dropped once there are many)."""
+    fut = asyncio.get_running_loop().create_future()
+    if len(waiters) >= QueueStore._PRUNE_AT:
+        waiters[:] = [(f, n) for f, n in waiters if not f.done()]
+    waiters.append((fut, count))
+    return fut
+
+
+def _wake(waiters: list[tuple[asyncio.Future, int]]) -> list:
+    """Wake the waiting ops (each retries); returns the new, empty list of waiters."""
+    try:
+        here = asyncio.get_running_loop()
+    except RuntimeError:
+        here = None
+    for f, _ in waiters:
+        loop = f.get_loop()
+        if loop is here:
+            _set_if_waiting(f)
+        elif not loop.is_closed():
+            loop.call_soon_threadsafe(_set_if_waiting, f)
+    return []
 
 
 def _set_if_waiting(fut: asyncio.Future) -> None:
@@ -194,6 +225,16 @@ not_differentiable("FIFOQueueV2", "QueueEnqueueV2", "QueueDequeueV2", "QueueDequ
                    "QueueSizeV2", "QueueCloseV2")
 
 
+def _one_shape(shapes: Any, single: bool) -> bool:
+    """TF's reading of `shapes`: a list of dimensions is one shape (of a one-dtype
+    queue), a list of lists (or Nones: any shape) one shape per component."""
+    if not isinstance(shapes, (list, tuple)):
+        return single
+    dims = [d is None or (isinstance(d, (int, np.integer)) and not isinstance(d, bool))
+            for d in shapes]
+    return all(dims) and (single or any(d is not None for d in shapes))
+
+
 class FIFOQueue:
     """A first-in first-out queue of tuples of tensors, living on its device.
 
@@ -204,6 +245,12 @@ class FIFOQueue:
     With `shapes` (one per component; None for a dimension of any size), an element of
     another shape is refused: a ValueError when the enqueue is built where its shape is
     known, else an InvalidArgumentError when it runs.
+    A negative `capacity` is no limit (TF's). A `dequeue_many(n)` waiting for more than
+    the capacity lets enqueues fill the queue up to n (TF's takes elements as they come);
+    an `enqueue_many` of more elements than the capacity waits for the queue to be empty
+    and goes in whole (TF's goes in pieces as room is made). In a while_loop, the
+    enqueues and dequeues of the body run in iteration order, whatever
+    `parallel_iterations` says.
     """
 
     def __init__(self, capacity: int, dtypes: Any, shapes: Any = None,
@@ -217,20 +264,33 @@ class FIFOQueue:
             self.name = scope.rstrip("/")
             self.shapes = self._shapes(shapes, single)
             self.handle = apply("FIFOQueueV2", [], name="handle", queue_name=self.name,
-                                capacity=int(capacity))
+                                capacity=self._capacity(capacity))
+
+    def _capacity(self, capacity: Any) -> int:
+        if isinstance(capacity, (bool, np.bool_)) or not isinstance(capacity,
+                                                                    (int, np.integer)):
+            raise TypeError(f"FIFOQueue '{self.name}': capacity must be an int, got "
+                            f"{capacity!r}")
+        if capacity == 0:
+            raise ValueError(f"FIFOQueue '{self.name}': capacity 0 holds nothing (every "
+                             "enqueue would wait for good); a negative capacity is no limit")
+        return int(capacity)
 
     def _shapes(self, shapes: Any, single: bool) -> list:
         if shapes is None:
             return [None] * len(self.dtypes)
-        shapes = [shapes] if single else list(shapes)
+        shapes = [shapes] if _one_shape(shapes, single) else list(shapes)
         if len(shapes) != len(self.dtypes):
             raise ValueError(f"FIFOQueue '{self.name}': shapes must have one entry per dtype, "
                              f"got {len(shapes)} shapes for {len(self.dtypes)} dtypes")
         out = []
-        for s in shapes:
+        for k, s in enumerate(shapes):
             if s is None:
                 out.append(None)
                 continue
+            if not isinstance(s, (list, tuple)):
+                raise TypeError(f"FIFOQueue '{self.name}': the shape of component {k} must "
+                                f"be a list of dimensions, got {s!r}")
             dims = tuple(None if d is None or d == -1 else int(d) for d in s)
             if any(d is not None and d < 0 for d in dims):
                 raise ValueError(f"FIFOQueue '{self.name}': invalid shape {list(s)} (dimensions "
