@@ -11,7 +11,9 @@ from dcf import dtypes, nest
 from dcf.graph import (
     ControlFlowContext, Operation, Tensor, TensorType, shape_str, shapes_compatible,
 )
+from dcf.errors import InvalidArgumentError
 from dcf.ops.control_ops import identity, merge, switch
+from dcf.ops.data_ops import py_func
 from dcf.ops.registry import OPS, apply, convert_to_tensor, graph_of
 
 __all__ = ["cond", "case", "while_loop", "CondContext", "WhileContext"]
@@ -323,22 +325,62 @@ def case(pred_fn_pairs: list, default: Callable[[], Any] | None = None,
          name: str | None = None, exclusive: bool = False) -> Any:
     """The fn of the first true predicate in list order, else `default()`.
 
-    Built on nested conds: `cond(p0, f0, lambda: cond(p1, f1, ... default))`.
+    Built on nested conds: `cond(p0, f0, lambda: cond(p1, f1, ... default))`. With
+    `exclusive=True`, more than one true predicate is an InvalidArgumentError when it runs.
+    Without a default, the last pair stands in for it, and no true predicate is an
+    InvalidArgumentError when it runs (TF's rule: the last fn is not run on a false
+    predicate).
     """
     pairs = list(pred_fn_pairs.items()) if isinstance(pred_fn_pairs, dict) else \
         list(pred_fn_pairs)
     if not pairs and default is None:
         raise ValueError("case needs at least one (pred, fn) pair or a default")
-    if default is None:
-        *pairs, (_, default) = pairs
     g = graph_of([p for p, _ in pairs])
-    with g.as_default(), g.name_scope(name or "case"):
+    with g.as_default(), g.name_scope(name or "case") as scope:
+        if exclusive and len(pairs) > 1:
+            pairs = _checked_exclusive(pairs, scope.rstrip("/"))
+        if default is None:
+            *pairs, (last_pred, last_fn) = pairs
+            default = _checked_last(last_pred, last_fn, scope.rstrip("/"))
+
         def build(k: int) -> Any:
             if k == len(pairs):
                 return default()
             p, fn = pairs[k]
             return cond(p, fn, lambda: build(k + 1), name=f"case_{k}")
         return build(0)
+
+
+def _checked_exclusive(pairs: list, name: str) -> list:
+    """`pairs`, their predicates read after a check that at most one of them is true."""
+    def at_most_one_true(*preds: Any) -> Any:
+        true = [k for k, p in enumerate(preds) if p]
+        if len(true) > 1:
+            raise InvalidArgumentError(f"case '{name}' is exclusive, but the predicates at "
+                                       f"positions {true} are all true")
+        return np.bool_(True)
+
+    check = py_func(at_most_one_true, [p for p, _ in pairs], dtypes.bool_, name="exclusive")
+    g = check.graph
+    with g.control_dependencies([check]):
+        return [(identity(p), fn) for p, fn in pairs]
+
+
+def _checked_last(pred: Any, fn: Callable[[], Any], name: str) -> Callable[[], Any]:
+    """A default for a case without one: the last fn, whose results come after a check
+    that its predicate is true (else no predicate was)."""
+    def some_true(p: Any) -> Any:
+        if not p:
+            raise InvalidArgumentError(f"case '{name}' has no default and none of its "
+                                       "predicates is true")
+        return np.bool_(True)
+
+    def default() -> Any:
+        check = py_func(some_true, [pred], dtypes.bool_, name="some_true")
+        with check.graph.control_dependencies([check]):
+            return nest.map_structure(
+                lambda t: t if _is_ta(t) else identity(convert_to_tensor(t)), fn())
+    return default
 
 
 # ---------------------------------------------------------------- while_loop
@@ -586,7 +628,6 @@ def check_frames(ops: list, fed: set) -> None:
     Exit: the tagged-token executor could never deliver it, and a run would wait
     forever. Graphs built with cond/while_loop/gradients never have one; this turns a
     construction bug into an error at the first run instead of a hang."""
-    from dcf.errors import InvalidArgumentError
 
     for op in ops:
         frame = op.frame_ctx

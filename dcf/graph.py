@@ -125,10 +125,18 @@ class Tensor:
             f"tensor '{self.name}' is not iterable; use dcf.unstack or index it with t[i]"
         )
 
+    def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
+        raise TypeError(
+            f"cannot convert the symbolic tensor '{self.name}' to a numpy array: its value is "
+            "only known when the graph runs (fetch it with Session.run; dcf.stack makes one "
+            "tensor of a list of tensors)"
+        )
+
     def __len__(self) -> int:
         if self.shape and self.shape[0] is not None:
             return self.shape[0]
-        raise TypeError(f"len() of tensor '{self.name}' with unknown first dimension")
+        why = "a scalar" if self.shape == () else "with unknown first dimension"
+        raise TypeError(f"len() of tensor '{self.name}' {why}")
 
     __hash__ = object.__hash__
 
@@ -241,6 +249,16 @@ def _creation_site() -> str | None:
     return f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno} in {f.f_code.co_name}()"
 
 
+class _BuildingState(threading.local):
+    """One thread's scopes while it builds into a graph."""
+
+    def __init__(self) -> None:
+        self.scope = ""
+        self.device_stack: list[device_lib.DeviceSpec | None] = []
+        self.control_stack: list[list[Operation] | None] = []
+        self.ctx: ControlFlowContext | None = None
+
+
 class Graph:
     """A dataflow graph: a list of Operations and the scopes used while building it."""
 
@@ -249,16 +267,39 @@ class Graph:
         self._names: dict[str, Operation] = {}
         self._name_counts: dict[str, int] = {}
         self._consumers: dict[Tensor, list[Operation]] = {}
-        self._scope = ""
-        self._device_stack: list[device_lib.DeviceSpec | None] = []
-        self._control_stack: list[list[Operation] | None] = []
-        self._ctx: ControlFlowContext | None = None
+        # the name scope, device and control-dependency stacks and the control-flow
+        # context being built belong to the building thread (as TF1's)
+        self._building = _BuildingState()
         self.collections: dict[str, list] = {}
         self.version = 0  # bumped on every new op; sessions use it to invalidate plans
         self._cond_of_merge: dict = {}  # Merge op -> CondInfo (for autodiff)
         self._pop_source: dict = {}     # StackPopV2 op -> the forward tensor it saved
         self._cond_of_switch: dict = {}  # Switch op guarding a captured tensor -> CondInfo
         self._lock = threading.RLock()
+
+    @property
+    def _scope(self) -> str:
+        return self._building.scope
+
+    @_scope.setter
+    def _scope(self, value: str) -> None:
+        self._building.scope = value
+
+    @property
+    def _ctx(self) -> ControlFlowContext | None:
+        return self._building.ctx
+
+    @_ctx.setter
+    def _ctx(self, value: ControlFlowContext | None) -> None:
+        self._building.ctx = value
+
+    @property
+    def _device_stack(self) -> list[device_lib.DeviceSpec | None]:
+        return self._building.device_stack
+
+    @property
+    def _control_stack(self) -> list[list[Operation] | None]:
+        return self._building.control_stack
 
     # ----------------------------------------------------------------- queries
     def get_operations(self) -> list[Operation]:
@@ -271,6 +312,8 @@ class Graph:
             raise KeyError(f"no operation named {name!r} in the graph") from None
 
     def get_tensor_by_name(self, name: str) -> Tensor:
+        if not isinstance(name, str):
+            raise TypeError(f"tensor names are strings like 'op:0', got {name!r}")
         op_name, _, idx = name.rpartition(":")
         if not op_name:
             raise ValueError(f"tensor names look like 'op:0', got {name!r}")
@@ -346,6 +389,11 @@ class Graph:
                     o = o._as_control_op()
                 if not isinstance(o, Operation):
                     raise TypeError(f"control_dependencies takes ops or tensors, got {o!r}")
+                if o.graph is not self:
+                    raise ValueError(
+                        f"control_dependencies: {o.type} '{o.name}' belongs to another graph "
+                        "than the one ops are being built in; an op's control inputs must "
+                        "come from its own graph")
                 resolved.append(o)
             self._control_stack.append(resolved)
         try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dcf import dtypes
+from dcf import dtypes, nest
 from dcf.errors import InvalidArgumentError
 from dcf.graph import Operation, Tensor, TensorType, get_default_graph
 from dcf.ops.registry import Kind, OpDef, apply, convert_to_tensor, not_differentiable, register
@@ -101,15 +101,15 @@ def no_op(name: str | None = None) -> Operation:
 
 
 def group(*inputs: Any, name: str | None = None) -> Operation:
-    """An op that runs after every op (or tensor's op) in `inputs` has run."""
+    """An op that runs after every op (or tensor's op) in `inputs`, which may be nested
+    lists, tuples and dicts of them, has run."""
     ops: list[Operation] = []
-    for x in inputs:
-        for y in (x if isinstance(x, (list, tuple)) else [x]):
-            if hasattr(y, "_as_control_op"):
-                y = y._as_control_op()
-            ops.append(y.op if isinstance(y, Tensor) else y)
-    g = get_default_graph()
-    with g.control_dependencies(ops):
+    for y in nest.flatten(list(inputs)):
+        if hasattr(y, "_as_control_op"):
+            y = y._as_control_op()
+        ops.append(y.op if isinstance(y, Tensor) else y)
+    g = ops[0].graph if ops and isinstance(ops[0], Operation) else get_default_graph()
+    with g.as_default(), g.control_dependencies(ops):
         return no_op(name=name or "group")
 
 

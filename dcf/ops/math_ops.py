@@ -51,6 +51,7 @@ from dcf.ops.registry import (
     apply,
     binary_infer,
     broadcast_shape,
+    changed_by_cast,
     constant_value,
     convert_to_tensor,
     not_differentiable,
@@ -119,7 +120,20 @@ def _const_like(value: Any, dtype: dtypes.DType, graph: Any) -> Tensor:
             f"cannot use {value!r} ({np.asarray(value).dtype}) with a {dtype} "
             "tensor; convert it with dcf.cast or dcf.constant(..., dtype=)"
         )
+    if not _fits(value, dtype):
+        raise TypeError(f"cannot use {value!r} with a {dtype} tensor: it does not fit {dtype}; "
+                        "cast the tensor to a wider dtype with dcf.cast")
     return _const(value, dtype, graph)
+
+
+def _fits(value: Any, dtype: dtypes.DType) -> bool:
+    """Whether `value` converts to `dtype` without wrapping around (a float may round)."""
+    try:
+        with np.errstate(over="ignore", invalid="ignore"):
+            arr = np.asarray(value, dtype=dtype.np)
+    except OverflowError:
+        return False
+    return not changed_by_cast(value, arr, dtype)
 
 
 def _pair(x: Any, y: Any) -> tuple[Tensor, Tensor]:

@@ -238,9 +238,11 @@ def apply(op_type: str, inputs: list, name: str | None = None, *,
     tensors = [x if isinstance(x, Tensor) else convert_in(x, g) for x in inputs]
     for t in tensors:
         if t.graph is not g:
+            first = next((u.name for u in tensors if u.graph is g), None)
+            other = f"its input '{first}'" if first else "the op's other inputs"
             raise ValueError(
                 f"{op_type} '{g._scope}{name or op_type}': input '{t.name}' is from another "
-                "graph than the op's other inputs; build all of an op's inputs in one graph")
+                f"graph than {other}; build all of an op's inputs in one graph")
     ctx = g._ctx
     if ctx is not None:
         if op_type in SHAPE_ONLY_OPS and tensors:

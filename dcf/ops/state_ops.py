@@ -524,6 +524,19 @@ class Variable:
         return f"<dcf.Variable '{self.name}' {self.dtype}{list(self.shape or [])}>"
 
     # Arithmetic reads the value first, so a Variable behaves like a tensor.
+    __array_ufunc__ = None  # numpy defers to the reflected operators (`np_array + v`)
+
+    def __bool__(self) -> bool:
+        raise TypeError(f"using the variable '{self.name}' as a Python bool is not allowed: "
+                        "its value is only known when the graph runs")
+
+    def __iter__(self) -> Any:
+        raise TypeError(f"variable '{self.name}' is not iterable; use dcf.unstack or index it")
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
+        raise TypeError(f"cannot convert the variable '{self.name}' to a numpy array: its "
+                        "value is only known when the graph runs (fetch it with Session.run)")
+
     def __getattr__(self, item: str) -> Any:
         if item.startswith("__") or item in ("handle", "_snapshot"):
             raise AttributeError(item)
@@ -595,9 +608,10 @@ def _delegate(method: str):
 
 
 for _m in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
-           "__rtruediv__", "__floordiv__", "__mod__", "__pow__", "__rpow__", "__matmul__",
-           "__rmatmul__", "__neg__", "__lt__", "__le__", "__gt__", "__ge__", "__getitem__",
-           "__abs__", "__and__", "__or__", "__invert__"):
+           "__rtruediv__", "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__", "__pow__",
+           "__rpow__", "__matmul__", "__rmatmul__", "__neg__", "__lt__", "__le__", "__gt__",
+           "__ge__", "__getitem__", "__abs__", "__and__", "__rand__", "__or__", "__ror__",
+           "__invert__"):
     setattr(Variable, _m, _delegate(_m))
 
 

@@ -196,12 +196,27 @@ def test_case_in_a_loop_picks_per_iteration(compiled, run_graph):
     assert run_graph(acc, config=compiled) == 0 + 100 + 20 + 30 + 4 + 5
 
 
-def test_case_without_default_uses_the_last_pair():
+def test_case_without_default_uses_the_last_pair_only_on_its_predicate():
+    # TF1's rule: the last pair stands in for the default, and no true predicate is an
+    # error when it runs (not the last fn run on a false predicate)
     p = dcf.placeholder(dcf.bool, ())
     q = dcf.placeholder(dcf.bool, ())
-    out = dcf.case([(p, lambda: dcf.constant(1)), (q, lambda: dcf.constant(2))])
+    out = dcf.case([(p, lambda: dcf.constant(1)), (q, lambda: 2)], name="pick")
     with dcf.Session() as sess:
         assert sess.run(out, {p: True, q: False}) == 1
-        assert sess.run(out, {p: False, q: False}) == 2
+        assert sess.run(out, {p: False, q: True}) == 2
+        assert sess.run(out, {p: True, q: True}) == 1
+        with pytest.raises(dcf.errors.InvalidArgumentError,
+                           match=r"case 'pick' has no default and none of its predicates"):
+            sess.run(out, {p: False, q: False})
     with pytest.raises(ValueError, match=r"case needs at least one"):
         dcf.case([])
+
+
+def test_case_without_default_differentiates_through_the_last_pair():
+    x = dcf.placeholder(dcf.float64, ())
+    y = dcf.case([(x < 0.0, lambda: -x), (x >= 0.0, lambda: x * x)])
+    (dx,) = dcf.gradients(y, [x])
+    with dcf.Session() as sess:
+        assert sess.run([y, dx], {x: 3.0}) == [9.0, 6.0]
+        assert sess.run([y, dx], {x: -2.0}) == [2.0, -1.0]
