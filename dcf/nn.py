@@ -74,6 +74,17 @@ class _Cell:
                              f"depth {want}, called with depth {got} (its variables are "
                              "shared; make a new cell for other inputs)")
 
+    def _check_state(self, state: Any) -> None:
+        """A state of the cell's structure (an LSTM's is LSTMStateTuple(c, h), not one
+        concatenated tensor): said here, not as an unpacking failure inside a loop."""
+        flat = nest.flatten(state)
+        if len(flat) != len(nest.flatten(self.state_size)):
+            got = ", ".join(str(getattr(s, "type", type(s).__name__)) for s in flat)
+            name = self.scope or self._name
+            raise TypeError(f"{type(self).__name__}{f' {name!r}' if name else ''}: the "
+                            f"state must be shaped like state_size {self.state_size} "
+                            f"(one [batch, n] tensor each), got {got}")
+
     @property
     def variables(self) -> list[Variable]:
         return list(self._vars) if self._built else []
@@ -117,6 +128,7 @@ class LSTMCell(_Cell):
 
     def __call__(self, inputs: Any, state: Any) -> tuple[Tensor, LSTMStateTuple]:
         x = convert_to_tensor(inputs)
+        self._check_state(state)
         c, h = state
         if not self._built:
             if x.shape is None or x.shape[-1] is None:
@@ -234,18 +246,26 @@ def _batch_size(x: Tensor, axis: int) -> Any:
 
 def _initial_state(cell: Any, batch: Any, dtype: Any, initial_state: Any) -> Any:
     if initial_state is not None:
+        if hasattr(cell, "_check_state"):
+            cell._check_state(initial_state)
         return nest.map_structure(convert_to_tensor, initial_state)
     if dtype is None:
         raise ValueError("give initial_state or dtype")
     return cell.zero_state(batch, dtype)
 
 
-def _sequence_length(sequence_length: Any) -> Tensor | None:
+def _sequence_length(sequence_length: Any, batch: Any) -> Tensor | None:
     """sequence_length as an int32 tensor: int64 (or any other dtype) is cast, as TF's
-    dynamic_rnn does."""
+    dynamic_rnn does. It must be a vector of `batch` lengths (checked here where the
+    shapes are static, as TF does, not as a broadcast failure inside the loop)."""
     if sequence_length is None:
         return None
     seq = convert_to_tensor(sequence_length)
+    n = seq.shape[0] if seq.shape is not None and len(seq.shape) == 1 else None
+    if seq.shape is not None and (len(seq.shape) != 1 or (
+            n is not None and isinstance(batch, int) and n != batch)):
+        raise ValueError(f"sequence_length must be a vector of batch_size ({batch}) "
+                         f"lengths, got {seq.type} ('{seq.name}')")
     return seq if seq.dtype == dtypes.int32 else math_ops.cast(seq, dtypes.int32)
 
 
@@ -286,7 +306,7 @@ def dynamic_rnn(cell: Any, inputs: Any, sequence_length: Any = None, initial_sta
         steps = _batch_size(xt, 0)
         batch = _batch_size(xt, 1)
         state0 = _initial_state(cell, batch, dtype or x.dtype, initial_state)
-        seq = _sequence_length(sequence_length)
+        seq = _sequence_length(sequence_length, batch)
         if not getattr(cell, "_built", True) and xt.shape[-1] is not None:
             # variables outside the loop, under this scope: the same names as static_rnn
             # gives them (rnn/lstm_cell/kernel, not rnn/while/...), so checkpoints swap
@@ -380,9 +400,9 @@ def static_rnn(cell: Any, inputs: list, initial_state: Any = None, dtype: Any = 
         xs = [convert_to_tensor(x) for x in inputs]
         if not xs:
             raise ValueError("static_rnn: inputs is empty")
-        state = _initial_state(cell, _batch_size(xs[0], 0), dtype or xs[0].dtype,
-                               initial_state)
-        seq = _sequence_length(sequence_length)
+        batch = _batch_size(xs[0], 0)
+        state = _initial_state(cell, batch, dtype or xs[0].dtype, initial_state)
+        seq = _sequence_length(sequence_length, batch)
         outs = []
         for t, x in enumerate(xs):
             y, new_state = cell(x, state)
@@ -399,12 +419,18 @@ def dense(x: Any, units: int, activation: Any = None, use_bias: bool = True,
           name: str | None = None) -> Tensor:
     """`activation(x @ kernel + bias)` with new variables (Glorot-uniform kernel)."""
     x = convert_to_tensor(x)
-    if x.shape is None or x.shape[-1] is None:
-        raise ValueError("dense: the input's last dimension must be known")
     g = get_default_graph()
     with g.name_scope(None):
         with g.name_scope(name or "dense") as s:
             scope = s.rstrip("/")
+    if not x.dtype.is_floating:
+        # TF: "A Dense layer can only be built with a floating-point dtype" (an integer
+        # kernel would hold the Glorot values truncated to zeros)
+        raise TypeError(f"dense '{scope}': inputs must be floating point, got {x.type} "
+                        f"('{x.name}'); cast them with dcf.cast")
+    if x.shape is None or x.shape[-1] is None:
+        raise ValueError(f"dense '{scope}': the last dimension of the input {x.type} "
+                         f"('{x.name}') must be known")
     kernel = _make_var(scope, "kernel", _glorot(f"{scope}/kernel", (int(x.shape[-1]), units),
                                                 x.dtype))
     y = math_ops.matmul(x, kernel)

@@ -184,10 +184,13 @@ def while_grad(state: GradState, w: WhileContext, inputs: list[Tensor],
         for t, a, gv in zip(targets, taccs, gt):
             with on_device(g, t.op.device):
                 new_tacc.append(a + gv if gv is not None else a)
-        pushes = getattr(g._ctx.while_ctx, "extra_pushes", [])
+        here = g._ctx.while_ctx
+        pushes = getattr(here, "extra_pushes", []) + \
+            [x for inner in getattr(here, "pushing_loops", []) for x in inner.exits]
         if pushes:
-            # second order: the next iteration waits until this one's pushes are done,
-            # so the loop that pops them starts after every push
+            # second order: the next iteration waits until this one's pushes are done
+            # (and those of the loops in it that push), so the loop that pops them
+            # starts after every push
             from dcf.ops.registry import apply as _apply
 
             trig = _apply("ControlTrigger", [], name="grad_push_sync", control_inputs=pushes)

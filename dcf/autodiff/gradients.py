@@ -444,6 +444,7 @@ def vjp(state: GradState, ys: list[Tensor], xs: list[Tensor], grad_ys: list,
     ready = [u for u in order if pending[id(u)] == 0]
     done: set[int] = set()
     inner: dict[Tensor, list[Tensor]] = {}
+    handed_in: set[Tensor] = set()  # gradients passed into a cond as internal ones
     while ready:
         u = ready.pop()
         done.add(id(u))
@@ -465,6 +466,7 @@ def vjp(state: GradState, ys: list[Tensor], xs: list[Tensor], grad_ys: list,
             for t, parts in grads.items():
                 if t not in outs and parts and units.of(t) is u:
                     internal[t] = sum_grads(parts)
+            handed_in.update(internal)
         need = None
         if u.kind == "while":
             # which of the loop's inputs a gradient is wanted for: an x, or one computed
@@ -492,7 +494,10 @@ def vjp(state: GradState, ys: list[Tensor], xs: list[Tensor], grad_ys: list,
                     ready.append(pu)
     result = []
     for x in xs:
-        parts = list(grads.get(x, ())) + list(inner.get(x, ()))
+        # an x that a cond took in as an internal gradient comes back out of it in
+        # `inner`, that gradient included: counting both counted it twice
+        outer_parts = () if x in handed_in and x in inner else grads.get(x, ())
+        parts = list(outer_parts) + list(inner.get(x, ()))
         result.append(sum_grads(parts) if parts else None)
     return result
 

@@ -257,6 +257,13 @@ def push_pop_grad(state: Any, pop: Operation, grad: Tensor) -> None:
         # loop around the pushes (the two are in one frame; the inner ones are not)
         state.stack_grad_loops.setdefault(_outermost(w), []).append(_outermost(loop))
         loop.extra_pushes = getattr(loop, "extra_pushes", []) + [push]
+        outer_loop = loop.outer
+        if outer_loop is not None and outer_loop.is_while and \
+                loop not in getattr(outer_loop, "pushing_loops", []):
+            # the loop around waits for this one: else, where nothing reads this loop's
+            # results (their gradient went only to dead TensorArray reads, say), it is
+            # left out of the run and its pushes with it
+            outer_loop.pushing_loops = getattr(outer_loop, "pushing_loops", []) + [loop]
         # one stack takes the pushes of every run of this loop: the loops around it run
         # one iteration at a time, so those runs push in their forward order (within
         # one frame, stack ops already run in iteration order)

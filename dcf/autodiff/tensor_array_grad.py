@@ -17,6 +17,18 @@ def _grad_array(op: Any, flow: Any) -> tuple:
                  source=active_state().source)
 
 
+def _grad_array_after(op: Any, gflow_out: Any) -> tuple:
+    """The gradient array of a write-like op (write, unstack, scatter, split), made after
+    that op ran: TF's write barrier. Its gradient flow alone would not wait for it, nor
+    keep it in the run where only a dead read follows it (the gradient array then had
+    no element shape, and its unwritten elements were not read as zeros)."""
+    from dcf.ops.control_ops import stop_gradient
+
+    barrier = apply("TensorArrayFlowJoin", [gflow_out, stop_gradient(op.outputs[0])],
+                    name="write_barrier")
+    return _grad_array(op, barrier)
+
+
 def _elem_attrs(op: Any) -> dict:
     return {"dtype": op.attrs.get("dtype", op.inputs[-2].dtype if len(op.inputs) > 2 else None),
             "element_shape": op.attrs.get("element_shape")}
@@ -33,6 +45,9 @@ def _read_grad(op: Any, g: Any) -> list:
 @RegisterGradient("TensorArrayWriteV3")
 def _write_grad(op: Any, gflow_out: Any) -> list:
     handle, index, value, flow = op.inputs
+    # (no write barrier: a write usually sits in a loop, where waiting for its flow
+    # would push that flow every iteration; the unstack, scatter or split that made the
+    # array, outside the loop, has one)
     gh, gflow = _grad_array(op, gflow_out)
     v = apply("TensorArrayReadV3", [gh, index, gflow], name="ta_grad_read",
               dtype=value.dtype, element_shape=value.shape)
@@ -64,7 +79,7 @@ def _unstack_grad(op: Any, gflow_out: Any) -> list:
     """The gradient array's first len(value) elements, stacked (TF's gather: the array
     may have more elements than value has rows)."""
     handle, value, flow = op.inputs
-    gh, gflow = _grad_array(op, gflow_out)
+    gh, gflow = _grad_array_after(op, gflow_out)
     from dcf.ops.array_ops import shape
     from dcf.ops.math_ops import range as range_
 
@@ -73,17 +88,27 @@ def _unstack_grad(op: Any, gflow_out: Any) -> list:
     v = apply("TensorArrayGatherV3", [gh, range_(rows), gflow], name="ta_grad_stack",
               dtype=value.dtype,
               element_shape=None if value.shape is None else tuple(value.shape[1:]))
-    return [None, v, gflow_out]
+    return [None, _shaped_like(v, value), gflow_out]
+
+
+def _shaped_like(v: Any, value: Any) -> Any:
+    """v reshaped to value's run-time shape where value's element shape is not static:
+    a gather of no elements cannot know it (a [0, 0, d] for a [0, batch, d] value)."""
+    from dcf.ops.array_ops import reshape, shape
+
+    if value.shape is not None and all(d is not None for d in value.shape[1:]):
+        return v
+    return reshape(v, shape(value))
 
 
 @RegisterGradient("TensorArrayScatterV3")
 def _scatter_grad(op: Any, gflow_out: Any) -> list:
     handle, indices, value, flow = op.inputs
-    gh, gflow = _grad_array(op, gflow_out)
+    gh, gflow = _grad_array_after(op, gflow_out)
     v = apply("TensorArrayGatherV3", [gh, indices, gflow], name="ta_grad_gather",
               dtype=value.dtype,
               element_shape=None if value.shape is None else tuple(value.shape[1:]))
-    return [None, None, v, gflow_out]
+    return [None, None, _shaped_like(v, value), gflow_out]
 
 
 @RegisterGradient("TensorArrayConcatV3")
@@ -101,7 +126,7 @@ def _concat_grad(op: Any, g: Any, g_lengths: Any = None) -> list:
 @RegisterGradient("TensorArraySplitV3")
 def _split_grad(op: Any, gflow_out: Any) -> list:
     handle, value, lengths, flow = op.inputs
-    gh, gflow = _grad_array(op, gflow_out)
+    gh, gflow = _grad_array_after(op, gflow_out)
     v = apply("TensorArrayConcatV3", [gh, gflow], name="ta_grad_concat", dtype=value.dtype,
               element_shape=None if value.shape is None else (None,) + tuple(value.shape[1:]))
     return [None, v[0], None, gflow_out]

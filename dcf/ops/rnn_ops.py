@@ -669,7 +669,7 @@ def _project_grad(xp, handle, x, flow, *tied, units, tied_rows=None):
         part = x2[s * b:e * b].T @ p
         out = part if out is None else xp.add(out, part, out=out)
         if tied:
-            h = xp.stack([tied[0].read(i, xp) for i in range(s, e)]).reshape((e - s) * b, -1)
+            h = xp.stack([tied[0].read(i, xp) for i in range(s, e)]).reshape((e - s) * b, tied_rows)
             part = h.T @ p
             out_h = part if out_h is None else xp.add(out_h, part, out=out_h)
     if out is None:
