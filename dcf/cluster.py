@@ -124,6 +124,12 @@ def load_spec(spec: str | os.PathLike | dict) -> ClusterSpec:
         raise ValueError(
             "cluster spec: give a \"secret_file\" or \"curve\" key (or set $DCF_SECRET_FILE "
             "for the client and every worker); workers never accept unauthenticated clients")
+    if secret is not None and not secret:
+        # an empty key would sign every message in a way anyone can reproduce
+        raise ValueError(
+            "cluster spec: the secret is empty (an empty \"secret_file\", \"secret\" or "
+            "$DCF_SECRET_FILE); write random bytes into it, e.g. python -c \"import secrets; "
+            "print(secrets.token_hex(32))\" > secret")
     return ClusterSpec(jobs, secret, curve, spec.get("client"))
 
 
@@ -588,7 +594,7 @@ class Cluster:
                         str(k * gpus_per_worker + j) for j in range(gpus_per_worker))
                 bind = ["--bind", f"ipc://{ipc_dir}/w{k}"] if ipc_dir else []
                 proc = subprocess.Popen(
-                    [sys.executable, "-m", "dcf.worker", "--task", str(k), "--client",
+                    [sys.executable, "-c", _WORKER_MAIN, "--task", str(k), "--client",
                      address, "--client-name", self._client.name,
                      "--heartbeat-timeout", str(heartbeat_timeout_s), *bind],
                     stdin=subprocess.PIPE, env=env, start_new_session=True)
@@ -916,6 +922,14 @@ def _client_bind(jobs: dict[str, list[str]]) -> str:
     loopback = all(("127.0.0.1" in a or "localhost" in a or "[::1]" in a)
                    for addrs in jobs.values() for a in addrs)
     return "tcp://127.0.0.1:*" if loopback else "tcp://0.0.0.0:*"
+
+
+# `python -m dcf.worker` would put the working directory first on sys.path, so that a
+# checkout's dcf/ there would shadow the installed dcf this client runs; without -c's ""
+# entry, PYTHONPATH's come first: this dcf's root, then the working directory (for the
+# modules of py_funcs).
+_WORKER_MAIN = ("import sys; sys.path = [p for p in sys.path if p]; "
+                "from dcf.worker import main; sys.exit(main())")
 
 
 def _reap(procs: list[subprocess.Popen], grace_s: float = 3.0) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.util
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -44,6 +45,15 @@ def backend() -> Any:
     import cupy
 
     return cupy
+
+
+def why_none() -> str:
+    """What an error about a missing GPU adds when `count()` is 0 because cupy is not
+    installed ("" otherwise)."""
+    if is_fake() or importlib.util.find_spec("cupy") is not None:
+        return ""
+    return (": cupy is not installed; pip install 'dcf[gpu]' for CUDA 12 drivers, "
+            "'dcf[gpu-cuda13]' for CUDA 13")
 
 
 def is_fake() -> bool:

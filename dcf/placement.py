@@ -82,7 +82,7 @@ def _gpus_seen(device: str) -> str:
         return ""
     n = gpu_devices.count()
     if n == 0:
-        return " (no GPU is visible)"
+        return f" (no GPU is visible{gpu_devices.why_none()})"
     return " (this process has 1 GPU: /gpu:0)" if n == 1 else \
         f" (this process has {n} GPUs: /gpu:0 to /gpu:{n - 1})"
 

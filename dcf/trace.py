@@ -48,9 +48,12 @@ def plot(run_metadata: Any, path: str, *, title: str | None = None) -> str:
     The figure is a `matplotlib.figure.Figure` on its own Agg canvas: pyplot's backend,
     its current figure and the caller's open figures are left alone (a notebook's inline
     backend keeps working)."""
-    from matplotlib import colormaps
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    try:
+        from matplotlib import colormaps
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as e:
+        raise ImportError("dcf.trace.plot needs matplotlib: pip install 'dcf[plot]'") from e
 
     events = run_metadata.trace if hasattr(run_metadata, "trace") else run_metadata
     if not events:

@@ -361,9 +361,13 @@ class WorkerHost:
 
     # ---------------------------------------------------------------- steps
     def _abort(self, step: int) -> None:
-        t = self.steps.get(step)
+        # (forgotten here too: a step aborted before its task started, say by an "abort"
+        # in the same burst as its "run", never runs _run_step's finally)
+        t = self.steps.pop(step, None)
         if t is not None:
             t.cancel()
+        for c in self.clients.values():
+            c.steps.discard(step)
         self.feeds.pop(step, None)
         self.rendezvous.abort_step(step, RuntimeError("aborted"))
         self.rendezvous.end_step(step)
@@ -564,14 +568,20 @@ def main(argv: list[str] | None = None) -> int:
             os.sched_setaffinity(0, {int(c) for c in args.cpus.split(",")})
         except (AttributeError, OSError, ValueError) as e:
             log.warning("cannot pin to CPUs %s: %s", args.cpus, e)
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s dcf-worker %(levelname)s %(message)s")
+    level = args.log_level.upper()
+    if not isinstance(logging.getLevelName(level), int):
+        ap.error(f"--log-level (or $DCF_WORKER_LOG) {args.log_level!r} is not a logging level "
+                 "(DEBUG, INFO, WARNING, ERROR or CRITICAL)")
+    logging.basicConfig(level=level, format="%(asctime)s dcf-worker %(levelname)s %(message)s")
     task = args.task
     if task is None:
         env = os.environ.get("DCF_TASK_INDEX")
         if env is None:
             ap.error("give --task N (or set DCF_TASK_INDEX)")
-        task = int(env)
+        try:
+            task = int(env)
+        except ValueError:
+            ap.error(f"$DCF_TASK_INDEX must be a task index (an integer), got {env!r}")
     secret: bytes | None = None
     curve: tuple | None = None
     client = None
@@ -588,7 +598,10 @@ def main(argv: list[str] | None = None) -> int:
             ap.error("give --cluster FILE")
         from dcf.cluster import load_spec
 
-        spec = load_spec(args.cluster)
+        try:
+            spec = load_spec(args.cluster)
+        except (OSError, TypeError, ValueError) as e:   # (JSONDecodeError: a ValueError)
+            ap.error(f"cannot use the cluster spec {args.cluster}: {e}")
         addresses = spec.jobs.get(args.job)
         if addresses is None or not 0 <= task < len(addresses):
             ap.error(f"the spec has no task {task} in job {args.job!r}")

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import itertools
 import os
 import sys
@@ -430,6 +431,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stop-at-target", action="store_true",
                    help="stop once the average return over 20 episodes reaches 150")
     args = p.parse_args(argv)
+    if importlib.util.find_spec("gymnasium") is None:
+        p.error("CartPole needs gymnasium: pip install -e '.[rl]'")
+    if args.plot and importlib.util.find_spec("matplotlib") is None:
+        p.error("--plot needs matplotlib: pip install -e '.[plot]'")
     cfg = DQNConfig(seed=args.seed)
     kind = "client-driven" if args.client else "in-graph"
     print(f"{kind} DQN on CartPole-v1, seed {args.seed}, up to {args.steps} steps; "

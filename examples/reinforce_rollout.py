@@ -26,6 +26,7 @@ values the forward loop saved (no recomputation, no environment replay).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 from typing import Any
 
@@ -137,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--report-every", type=positive_int, default=20,
                    help="print the average return every N episodes")
     args = p.parse_args(argv)
+    if importlib.util.find_spec("gymnasium") is None:
+        p.error("CartPole needs gymnasium: pip install -e '.[rl]'")
     env = CartPole(args.seed)
     g = dcf.Graph()
     with g.as_default():

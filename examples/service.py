@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import math
 import socket
 import sys
@@ -371,6 +372,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--values", type=positive_int, default=100_000,
                    help="float64 values per self-test request")
     args = p.parse_args(argv)
+    if importlib.util.find_spec("aiohttp") is None:
+        p.error("the service needs aiohttp: pip install -e '.[services]'")
     if args.values > MAX_VALUES:
         p.error(f"argument --values: at most {MAX_VALUES} (the server's limit per request), "
                 f"got {args.values}")

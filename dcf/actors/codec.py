@@ -72,6 +72,12 @@ _DTYPES: dict[str, np.dtype] = {
     d.str: d for t in SUPPORTED_DTYPES for d in (t, t.newbyteorder(">"), t.newbyteorder("<"))
 }
 _SUPPORTED_NAMES = ", ".join(d.name for d in SUPPORTED_DTYPES)
+# Received arrays in the other byte order are swapped into this host's (name -> native
+# dtype): a big-endian ">f4" must arrive as a float32 that equals np.float32 (a TensorArray,
+# a queue or a caller's dtype check refuses ">f4"), as its scalars already do.
+_FOREIGN_ORDER: dict[str, np.dtype] = {
+    name: d.newbyteorder("=") for name, d in _DTYPES.items() if not d.isnative
+}
 
 Key = tuple  # tuple of int | str | bytes | nested tuples of those
 
@@ -126,8 +132,9 @@ def decode_tensor(frames: Sequence[Any]) -> tuple[Key, np.ndarray | np.generic |
 
     ``value`` is None for a dead token. A live value is an ``np.frombuffer`` view of the
     received buffer (zero copy): it is read-only when the frame was ``bytes`` and keeps the
-    frame alive. Treat it as immutable either way; copy before writing into it. A 0-d
-    value decodes to a numpy scalar of its dtype (``arr[()]``).
+    frame alive (one sent in the other byte order arrives in this host's: a copy). Treat
+    it as immutable either way; copy before writing into it. A 0-d value decodes to a
+    numpy scalar of its dtype (``arr[()]``).
 
     Args:
         frames: the message's frames, each bytes-like (bytes, memoryview, ``zmq.Frame``).
@@ -168,7 +175,7 @@ def decode_tensor(frames: Sequence[Any]) -> tuple[Key, np.ndarray | np.generic |
         raise CodecError(
             f"buffer has {len(buf)} bytes but shape {list(shape)} of {dtype.name} needs {expected}"
         )
-    arr = np.frombuffer(buf, dtype=dtype).reshape(shape)
+    arr = _native(np.frombuffer(buf, dtype=dtype), dtype_str).reshape(shape)
     return key, (arr[()] if not shape else arr), False
 
 
@@ -256,8 +263,13 @@ def pack_tensors(items: Sequence[tuple[Key, Any, bool]], bulk_min: int
                 if type(p) not in _KEY_ATOMS:
                     break
             else:
-                header = _packb([key, scalar, ()])
-                return b"".join((_U32.pack(len(header)), header, value.tobytes())), None
+                try:
+                    header = _packb([key, scalar, ()])
+                except OverflowError:   # an int beyond 64 bits in the key
+                    header = b""
+                # (else a key too long for the receiver, or unpackable: refused below)
+                if 0 < len(header) <= MAX_HEADER_BYTES:
+                    return b"".join((_U32.pack(len(header)), header, value.tobytes())), None
     elif not items:
         raise CodecError("no tensors to pack")
     parts: list[Any] = []
@@ -271,7 +283,7 @@ def pack_tensors(items: Sequence[tuple[Key, Any, bool]], bulk_min: int
             continue
         scalar = _SCALARS.get(type(value))
         if scalar is not None:  # fast path: a numpy scalar of a supported dtype
-            header = _packb([key, scalar, ()])
+            header = _pack_header([key, scalar, ()])
             parts += (_U32.pack(len(header)), header, value.tobytes())
             continue
         arr = value if type(value) is np.ndarray else _as_array(value)
@@ -294,7 +306,8 @@ def pack_tensors(items: Sequence[tuple[Key, Any, bool]], bulk_min: int
 def unpack_tensors(body: Any, bulk: Any = None) -> list[tuple[Key, Any, bool]]:
     """Decode a `pack_tensors` body (and its bulk frame) into ``(key, value | None,
     is_dead)`` items, all or nothing. Values are read-only views of the message (zero
-    copy); 0-d values are numpy scalars.
+    copy; a copy in this host's byte order for one sent in the other); 0-d values are
+    numpy scalars.
 
     Raises:
         CodecError: anything is malformed (lengths, msgpack, key, dtype, shape, or bytes
@@ -371,6 +384,8 @@ def unpack_tensors(body: Any, bulk: Any = None) -> list[tuple[Key, Any, bool]]:
             buf = view[pos:pos + size]
             pos += size
         arr = np.frombuffer(buf, dtype=dtype)
+        if dtype_str in _FOREIGN_ORDER:
+            arr = _native(arr, dtype_str)
         out.append((key, arr[0] if not shape else arr.reshape(shape), False))
     if bulk is not None:
         raise CodecError("a bulk frame that no tensor item claims")
@@ -415,6 +430,12 @@ def unpack_control(body: Any, bulk: Any = None) -> tuple[dict[str, Any], bytes |
     else:
         raise CodecError("malformed control message framing")
     return decode_control(frames)
+
+
+def _native(arr: np.ndarray, dtype_str: str) -> np.ndarray:
+    """`arr` in this host's byte order: itself, or a swapped copy (bits kept, NaNs too)."""
+    native = _FOREIGN_ORDER.get(dtype_str)
+    return arr if native is None else arr.byteswap().view(native)
 
 
 def _as_array(value: Any) -> np.ndarray:

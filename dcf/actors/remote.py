@@ -65,7 +65,15 @@ def error_to_msg(step: int, e: BaseException) -> dict:
     msg = str(e) or type(e).__name__
     if not isinstance(e, errors.DcfError):
         msg = f"{type(e).__name__}: {msg}"
-    return {"type": "error", "step": step, "error": type(e).__name__, "message": msg[:60000]}
+    # Sendable whatever the text: a lone surrogate (a file name from os.fsdecode) has no
+    # UTF-8, and the message must fit a control message in bytes; a message that could not
+    # be sent would leave the client's run waiting for ever. Long ones keep both ends
+    # (the cause is often at the end).
+    data = msg.encode("utf-8", "backslashreplace")
+    if len(data) > 60000:
+        data = data[:30000] + b" ... " + data[-30000:]
+    return {"type": "error", "step": step, "error": type(e).__name__,
+            "message": data.decode("utf-8", "ignore")}
 
 
 def error_from_msg(msg: dict, worker: str) -> errors.DcfError:

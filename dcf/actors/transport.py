@@ -38,8 +38,12 @@ reported after `heartbeat_timeout_s`, as before.
 
 There is no replay protection, and a name is held by one connection at a time, so with only
 a secret a party that connects first under a peer's name can block that peer (its own
-messages are still rejected). A deployment on an open network uses CurveZMQ (`curve=`),
-which encrypts each connection and refuses unknown keys before any name is taken.
+messages are still rejected); one that recorded a peer's messages can send them again under
+its name once that peer has gone (a client's steps run again; a dead peer's heartbeats keep
+it "alive"). And a message is checked only once received whole: a stranger that can
+connect makes this end hold up to twice `max_message_bytes` before refusing it. A
+deployment on an open network uses CurveZMQ (`curve=`), which encrypts each connection and
+refuses unknown keys before any name is taken or any message is read.
 """
 
 from __future__ import annotations
@@ -188,8 +192,8 @@ class ZmqTransport:
     Args:
         name: this endpoint's name; it is the DEALER routing id peers see as the sender.
         bind: ZeroMQ endpoint for the ROUTER (tcp, ipc, or inproc with a shared `context`).
-        secret: shared HMAC key; when set every message carries a MAC and unauthenticated
-            messages are rejected.
+        secret: shared HMAC key (not empty); when set every message carries a MAC and
+            unauthenticated messages are rejected.
         curve: ``(public_key, secret_key, *known)`` to turn on CurveZMQ (z85 or raw
             32-byte keys). Each item of `known` is a peer's public key (allowed to connect)
             or a mapping ``{peer_name: public_key}`` (allowed, and used as that peer's
@@ -227,6 +231,10 @@ class ZmqTransport:
             )
         if curve is not None and context is not None:
             raise ValueError("curve needs the transport's own context (one ZAP handler each)")
+        if secret is not None and not secret:
+            # (an empty secret file, say): anyone can compute a MAC under the empty key
+            raise ValueError(f"transport {name!r}: the secret is empty, so it would "
+                             "authenticate nobody; give random bytes (secrets.token_bytes(32))")
         self.name = name
         self.bind = bind
         self.heartbeat_interval_s = heartbeat_interval_s
@@ -856,6 +864,10 @@ class ZmqTransport:
         if len(curve) < 2:
             raise ValueError("curve must be (public_key, secret_key, *known_peer_keys)")
         public, secret = _z85(curve[0]), _z85(curve[1])
+        if zmq.curve_public(secret) != public:
+            # (else every handshake fails in silence: peers just never answer)
+            raise ValueError("curve: the public key is not the secret key's (give the "
+                             "two keys of one zmq.curve_keypair())")
         self._curve = (public, secret)
         self._allowed.keys.add(public)
         for known in curve[2:]:
