@@ -58,21 +58,40 @@ def place(ops: list[Operation], default_device: str, exists: Callable[[str], boo
         if not _apply_rules(ops, dev):
             break
     for op in ops:
-        if not exists(dev[op]):
+        if not exists(dev[op]) or _names_another_local_task(dev[op]):
             raise InvalidArgumentError(
                 f"{op.type} '{op.name}' is placed on {dev[op]}, which does not exist in this "
-                "session" + _gpus_seen(dev[op]))
+                "session" + _gpus_seen(dev[op]) + _tasks_seen(dev[op]))
     if process_of is not None:
         _check_resource_edges(ops, dev, process_of)
     return dev
 
 
 def _this_process(spec: DeviceSpec) -> DeviceSpec:
-    """TF's full name of this process's devices ("/job:localhost/replica:0/task:0/...")
-    as the short one, so that both name the same device (one actor, no copies)."""
-    if spec.job == "localhost" and spec.task in (None, 0):
+    """TF's full name of this process's devices ("/job:localhost/replica:0/task:0/...",
+    or "/task:0/...") as the short one, and a job's devices with their task (task 0 where
+    the spec names none), so that every spelling names one device (one actor, no copies)."""
+    if spec.job in (None, "localhost") and spec.task in (None, 0):
         return DeviceSpec(None, None, spec.device_type, spec.index)
+    if spec.task is None:
+        return DeviceSpec(spec.job, 0, spec.device_type, spec.index)
     return spec
+
+
+def _names_another_local_task(device: str) -> bool:
+    """A task other than 0 of this process's job: this process is task 0 of job
+    localhost, and a task without a job names no worker."""
+    spec = DeviceSpec.parse(device)
+    return spec.job in (None, "localhost") and spec.task not in (None, 0)
+
+
+def _tasks_seen(device: str) -> str:
+    """What a task without a job (or of job localhost) adds: where its ops can go."""
+    spec = DeviceSpec.parse(device)
+    if not _names_another_local_task(device):
+        return ""
+    return (f" (this process is task 0 of job localhost; a worker's devices are named with "
+            f"their job, as /job:worker/task:{spec.task}/{spec.device_type}:{spec.index})")
 
 
 def _gpus_seen(device: str) -> str:
