@@ -228,18 +228,22 @@ def _enters_with_their_readers(pn: dict, fetched: set[int]) -> None:
     if not enters:
         return
     readers: dict[int, dict[str, list]] = {}
+    order = {id(p): n for n, p in enumerate(pn.values())}
     kept = set(fetched)        # stay where they are: fetched, or another op's control input
     for q in pn.values():
         for k, inp in enumerate(q.inputs):
             if inp is not None and id(inp[0]) in enters:
                 readers.setdefault(id(inp[0]), {}).setdefault(q.device, []).append((q, k))
         kept.update(id(c) for c in q.control)
-    for eid, by_dev in readers.items():
-        e = enters[eid]
+    # Inner Enters first (a nested loop's Enter reads its parent's, after it in `pn`):
+    # their twins and moves are readers of the outer Enter, counted before it is placed.
+    for eid in sorted(readers, key=lambda i: -order[i]):
+        by_dev, e = readers[eid], enters[eid]
         others = [d for d in by_dev if d != e.device]
         if not others:
             continue
         if e.device not in by_dev and eid not in kept:
+            _reader_moved(readers, e, e.device, others[0])
             e.device = others.pop(0)
         for dev in others:
             twin = PNode(f"{e.name}@{dev}", e.type, e.kind, e.frame, inputs=list(e.inputs),
@@ -249,6 +253,21 @@ def _enters_with_their_readers(pn: dict, fetched: set[int]) -> None:
             pn[twin] = twin            # (keyed by itself: it has no op of its own)
             for q, k in by_dev[dev]:
                 q.inputs[k] = (twin, q.inputs[k][1])
+            src = twin.inputs[0][0] if twin.inputs and twin.inputs[0] else None
+            if src is not None and id(src) in readers:
+                readers[id(src)].setdefault(dev, []).append((twin, 0))
+
+
+def _reader_moved(readers: dict, e: PNode, old: str, new: str) -> None:
+    """Enter `e`, a reader of another Enter, moved from device `old` to `new`."""
+    src = e.inputs[0][0] if e.inputs and e.inputs[0] else None
+    by_dev = readers.get(id(src)) if src is not None else None
+    if not by_dev:
+        return
+    by_dev[old] = [(q, k) for q, k in by_dev.get(old, []) if q is not e]
+    if not by_dev[old]:
+        del by_dev[old]
+    by_dev.setdefault(new, []).append((e, 0))
 
 
 def _iteration_trigger(c: PNode) -> int | None:

@@ -23,11 +23,26 @@ supported"): then it compares first order with TF1 and checks dcf's second order
 a directional central difference of dcf's own first order. A program with stop_gradient
 has no finite-difference reference (a difference sees through it).
 
+--wide adds the rest of API.md's ops as leaves (WIDE_LEAVES: softmax, log_softmax, both
+cross-entropies with labels from argmax, gather_nd/scatter_nd with repeated indices,
+one_hot, reduce_prod through zeros, reduce_max/min with ties, pow with non-integer
+exponents, sqrt/rsqrt/log/log1p, abs/sign, divide, floordiv/mod on ints, softplus,
+sin/cos, expand_dims/squeeze, split/unstack, fill/zeros_like/ones_like, casts through
+int32 and float32, range, eye), runs a quarter of the programs in float32 (compared at
+rtol 1e-5; finite differences then take the float64 program) and gives x a partly unknown
+static shape in some. --devices builds leaves and control-flow constructs under
+`T.device("/cpu:0")` or `"/cpu:1"` at random (TF1 gets two CPU devices, soft placement),
+and dcf runs such programs also unfused (`fuse_devices=False`), so values cross device
+boundaries inside loops and conds on every executor. Where TF1 refuses a program dcf's
+first order is checked by finite differences alone; where TF1 disagrees and finite
+differences side with dcf, the line says "TF1 wrong" and the seed counts as agreeing.
+
     python -m bench.probes.tf1_diff_fuzz --seeds A:B [--depth D] [--show] [--no-tf]
+                                         [--wide] [--devices]
 
 prints one line per seed (OK, or BAD with what differs, the finite-difference verdict and
 the program's source) and a count at the end. About 2 s a program on one core; bugs found
-are in tests/autodiff/test_review6_fuzz_found.py.
+are in tests/autodiff/test_review6_fuzz_found.py and test_review6b_fuzz_found.py.
 """
 from __future__ import annotations
 
@@ -44,16 +59,96 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import dcf  # noqa: E402
 
 RTOL, ATOL = 1e-9, 1e-11
+RTOL32, ATOL32 = 1e-5, 1e-6     # a float32 program's
 SHAPES = {"x": (2, 3), "y": (2, 3), "s": ()}
 
 
 # ------------------------------------------------------------------ programs
+# Leaves: format strings over two [2,3] operands A, B, a constant c, a loop counter ctr,
+# a non-integer exponent p and clip bounds lo < hi; each gives a [2,3] value of dtype F.
+BASIC_LEAVES = {
+    "tanh": "T.tanh({A} * {c} + {B})",
+    "sigmoid": "T.sigmoid({A}) * {B}",
+    "exp": "T.exp(T.clip_by_value({A}, -2.0, 2.0)) * {c}",
+    "square": "T.square({A}) * {c} + {B}",
+    "mul": "T.multiply({A}, {B}) * {c}",
+    "add": "T.add({A}, {B} * {c})",
+    "max": "T.maximum({A}, {B} * {c})",
+    "where": "T.where({A} > {B}, {A} * {c}, T.tanh({B}))",
+    "matmul": "T.matmul(T.matmul({A}, T.transpose({B})), {A}) * 0.2",
+    "rsum": "{A} * T.reduce_sum({B}, axis=1, keepdims=True) * {c}",
+    "rmax": "{A} + T.reduce_max({B}, axis=0) * {c}",
+    "rmean": "{A} * T.reduce_mean({B}) + {B} * {c}",
+    "reshape": "T.reshape(T.transpose({A}), [2, 3]) * {B}",
+    "reshape2": "T.transpose(T.reshape({A}, [3, 2])) + {B} * {c}",
+    "concat": "T.concat([{A}[:, 1:], {B}[:, :1]], axis=1)",
+    "concat0": "T.concat([{A}[1:], {B}[:1] * {c}], 0)",
+    "gather": "T.gather({A}, [1, 0]) * {c} + {B}",
+    "gather1": "T.gather({A}, [2, 0, 1], axis=1) * {B}",
+    "stack": "T.stack([{A}[1], {B}[0] * {c}])",
+    "slice": "{A}[:, 0:1] * {B} + {A}[1] * {c}",
+    "var": "{A} * v + T.tanh(v * {B}) * {c}",
+}
+CTR_LEAF = "{A} * (T.cast({ctr}, F) * {c} + 1.0) + {B} * 0.1"
+# --wide: the rest of API.md's differentiable ops (and int paths the gradient stops at).
+WIDE_LEAVES = {
+    "softmax": "T.nn.softmax({A} * {c} + {B})",
+    "softmax0": "T.nn.softmax({A}, axis=0) * {B}",
+    "logsoftmax": "T.nn.log_softmax({A}) * {c} + {B}",
+    "xent": "{A} * T.expand_dims(T.nn.softmax_cross_entropy_with_logits("
+            "labels=T.nn.softmax({B}), logits={A} * {c}), 1)",
+    "sxent": "{B} + T.expand_dims(T.nn.sparse_softmax_cross_entropy_with_logits("
+             "labels=T.argmax({B}, axis=1), logits={A}), 1) * {c}",
+    "gather_nd": "T.gather_nd({A}, [[1], [0]]) * {B}",
+    "gather_nd2": "T.reshape(T.gather_nd({A}, [[1, 2], [0, 0], [1, 2], [0, 1], [1, 0], "
+                  "[1, 2]]), [2, 3]) + {B} * {c}",
+    "scatter_nd": "T.scatter_nd([[0, 1], [1, 2], [0, 1]], {A}[0] * {c}, [2, 3]) + {B}",
+    "scatter_nd2": "T.scatter_nd([[1], [0]], {A}, [2, 3]) * {B}",
+    "one_hot": "T.one_hot(T.argmax({A}, axis=1), 3, dtype=F) * {B} + {A} * {c}",
+    "prod": "{A} * T.reduce_prod({B}, axis=1, keepdims=True) * {c}",
+    "prod0": "{A} + T.reduce_prod(T.where({B} > 0.3, T.zeros_like({B}), {B} + 0.2), axis=0)",
+    "prodall": "{B} + T.reduce_prod(T.where(T.abs({A}) < 0.2, T.zeros_like({A}), {A})) * {c}",
+    "maxtie": "{B} + T.reduce_max(T.concat([{A}, {A}], 1), axis=1, keepdims=True)",
+    "mintie": "{B} * T.reduce_min(T.stack([{A}, {A} * 1.0, {B}]), axis=0)",
+    "maxclip": "{A} + T.reduce_max(T.minimum({B}, 0.1), axis=0) * {c}",
+    "pow": "T.pow(T.abs({A}) + 0.5, {p}) * {B}",
+    "pow2": "T.pow(T.sigmoid({A}) + 0.2, {B} * 0.5)",
+    "sqrt": "T.sqrt(T.square({A}) + 0.1) * {c} + {B}",
+    "rsqrt": "T.rsqrt(T.exp(T.clip_by_value({A}, -2.0, 2.0))) * {B}",
+    "log": "T.log(T.sigmoid({A})) + {B} * {c}",
+    "log1p": "T.log1p(T.square({A}) + 0.1) * {c} + {B}",
+    "abs": "T.abs({A}) * {B} + T.sign({B}) * {c}",
+    "divide": "T.divide({A}, T.square({B}) + 0.5)",
+    "divide2": "{A} / (1.0 + T.exp(T.clip_by_value({B}, -2.0, 2.0)))",
+    "floordiv": "T.cast(T.floordiv(T.cast({A} * 10.0, T.int32), 3), F) * {B}",
+    "mod": "T.cast(T.mod(T.cast({A} * 10.0, T.int32) + 20, 3), F) * {B} + {A}",
+    "softplus": "T.softplus({A}) * {c} + {B}",
+    "sincos": "T.sin({A}) * T.cos({B})",
+    "expand": "T.squeeze(T.expand_dims({A}, 1), [1]) * {B}",
+    "expand0": "T.squeeze(T.expand_dims({A}, 0)) + {B} * {c}",
+    "split": "T.concat(T.split({A}, 3, axis=1)[::-1], 1) * {B}",
+    "split2": "T.split({A}, [1, 2], axis=1)[0] * {B}",
+    "unstack": "T.stack(T.unstack({A})[::-1]) * {c} + {B}",
+    "unstack1": "T.stack(T.unstack({A}, axis=1)[1:] + [{B}[:, 0]], axis=1)",
+    "clip": "T.clip_by_value({A}, {lo}, {hi}) * {B}",
+    "fill": "{A} * T.fill([2, 3], T.reduce_sum({B}) * {c}) + T.ones_like({B}) * {c}",
+    "zeros": "T.zeros_like({A}) + T.ones_like({A}) * {B}",
+    "castint": "T.cast(T.cast({A} * 3.0, T.int32), F) * {B} + {A} * {c}",
+    "cast32": "T.cast(T.cast({A}, T.float32), F) * {B}",
+    "range": "T.reshape(T.cast(T.range(6), F), [2, 3]) * {A} * {c} + {B}",
+    "range2": "{A} * T.cast(T.range(1, 7, 2), F) + {B}",
+    "eye": "T.matmul({A}, T.eye(3, dtype=F) * {c} + T.ones([3, 3], dtype=F) * 0.1) + {B}",
+    "where2": "T.where({A} * {B} > 0.1, T.sqrt(T.abs({A}) + 0.1), {B} * {c})",
+}
+
+
 class Gen:
     """Writes one program's source: `def model(T, x, y, s, v):` returning a [2,3] tensor.
     Every value in `env` is a [2,3] float64 tensor; `ctrs` are int32 loop counters."""
 
-    def __init__(self, rng: random.Random):
+    def __init__(self, rng: random.Random, wide=False, devices=False):
         self.rng, self.lines, self.n = rng, [], 0
+        self.wide, self.devices = wide, devices
 
     def fresh(self, prefix: str) -> str:
         self.n += 1
@@ -61,6 +156,13 @@ class Gen:
 
     def emit(self, ind: int, line: str) -> None:
         self.lines.append("    " * ind + line)
+
+    def emit_placed(self, ind: int, line: str, p: float = 0.4) -> None:
+        """`line` under a random `T.device` scope (with --devices, at probability p)."""
+        if self.devices and self.rng.random() < p:
+            self.emit(ind, f'with T.device("/cpu:{self.rng.randint(0, 1)}"):')
+            ind += 1
+        self.emit(ind, line)
 
     def c(self, lo=-0.9, hi=0.9) -> float:
         return round(self.rng.uniform(lo, hi), 2)
@@ -83,38 +185,15 @@ class Gen:
         rng, name = self.rng, self.fresh("e")
         A, B = self.two(env)
         c = self.c()
-        kinds = ["tanh", "sigmoid", "exp", "square", "mul", "add", "max", "where", "matmul",
-                 "rsum", "rmax", "rmean", "reshape", "reshape2", "concat", "concat0", "gather",
-                 "gather1", "stack", "slice", "var"]
+        kinds = list(BASIC_LEAVES) + (list(WIDE_LEAVES) if self.wide else [])
         if ctrs:
             kinds += ["ctr", "ctr"]
         k = rng.choice(kinds)
         ctr = rng.choice(ctrs) if ctrs else None
-        expr = {
-            "tanh": f"T.tanh({A} * {c} + {B})",
-            "sigmoid": f"T.sigmoid({A}) * {B}",
-            "exp": f"T.exp(T.clip_by_value({A}, -2.0, 2.0)) * {c}",
-            "square": f"T.square({A}) * {c} + {B}",
-            "mul": f"T.multiply({A}, {B}) * {c}",
-            "add": f"T.add({A}, {B} * {c})",
-            "max": f"T.maximum({A}, {B} * {c})",
-            "where": f"T.where({A} > {B}, {A} * {c}, T.tanh({B}))",
-            "matmul": f"T.matmul(T.matmul({A}, T.transpose({B})), {A}) * 0.2",
-            "rsum": f"{A} * T.reduce_sum({B}, axis=1, keepdims=True) * {c}",
-            "rmax": f"{A} + T.reduce_max({B}, axis=0) * {c}",
-            "rmean": f"{A} * T.reduce_mean({B}) + {B} * {c}",
-            "reshape": f"T.reshape(T.transpose({A}), [2, 3]) * {B}",
-            "reshape2": f"T.transpose(T.reshape({A}, [3, 2])) + {B} * {c}",
-            "concat": f"T.concat([{A}[:, 1:], {B}[:, :1]], axis=1)",
-            "concat0": f"T.concat([{A}[1:], {B}[:1] * {c}], 0)",
-            "gather": f"T.gather({A}, [1, 0]) * {c} + {B}",
-            "gather1": f"T.gather({A}, [2, 0, 1], axis=1) * {B}",
-            "stack": f"T.stack([{A}[1], {B}[0] * {c}])",
-            "slice": f"{A}[:, 0:1] * {B} + {A}[1] * {c}",
-            "var": f"{A} * v + T.tanh(v * {B}) * {c}",
-            "ctr": f"{A} * (T.cast({ctr}, T.float64) * {c} + 1.0) + {B} * 0.1",
-        }[k]
-        self.emit(ind, f"{name} = {expr}")
+        expr = (WIDE_LEAVES.get(k) or BASIC_LEAVES.get(k) or CTR_LEAF).format(
+            A=A, B=B, c=c, ctr=ctr, p=rng.choice([1.7, 0.5, -0.6, 2.3]),
+            lo=self.c(-0.9, 0.0), hi=self.c(0.1, 0.9))
+        self.emit_placed(ind, f"{name} = {expr}", 0.6)
         return name
 
     def sub(self, depth, env, ind, ctrs, n=None) -> str:
@@ -142,7 +221,7 @@ class Gen:
         for fn in (t, f):
             self.emit(ind, f"def {fn}():")
             self.emit(ind + 1, f"return {self.sub(depth - 1, env, ind + 1, ctrs)}")
-        self.emit(ind, f"{name} = T.cond({self.pred(env, ctrs)}, {t}, {f})")
+        self.emit_placed(ind, f"{name} = T.cond({self.pred(env, ctrs)}, {t}, {f})")
         return name
 
     def k_cond2(self, depth, env, ind, ctrs):
@@ -152,7 +231,7 @@ class Gen:
             self.emit(ind, f"def {fn}():")
             a = self.sub(depth - 1, env, ind + 1, ctrs)
             self.emit(ind + 1, f"return ({a}, {self.leaf(env + [a], ind + 1, ctrs)})")
-        self.emit(ind, f"{name}p = T.cond({self.pred(env, ctrs)}, {t}, {f})")
+        self.emit_placed(ind, f"{name}p = T.cond({self.pred(env, ctrs)}, {t}, {f})")
         self.emit(ind, f"{name} = {name}p[0] * {name}p[1] * {self.c()} + {name}p[0]")
         return name
 
@@ -175,7 +254,7 @@ class Gen:
         write_ta = with_ta
         if read_ta:
             tr = self.fresh("tr")
-            self.emit(ind, f"{tr} = T.TensorArray(T.float64, size=4).unstack("
+            self.emit_placed(ind, f"{tr} = T.TensorArray(F, size=4).unstack("
                            f"T.stack([{A}, {B}, {A} * {B}, T.tanh({A})]))")
         args = ["i", "a"] + (["b"] if extra != "none" else []) + (["ta"] if write_ta else [])
         i, a = self.fresh("i"), self.fresh("a")
@@ -210,12 +289,12 @@ class Gen:
         elif extra == "vec":
             init.append(f"{B}[1]")
         if write_ta:
-            init.append("T.TensorArray(T.float64, size=0, dynamic_size=True, "
+            init.append("T.TensorArray(F, size=0, dynamic_size=True, "
                         "element_shape=[2, 3])")
         mi = rng.choice([None, None, rng.randint(1, 3)])
         pi = rng.choice([1, 10])
         kw = f", parallel_iterations={pi}" + (f", maximum_iterations={mi}" if mi else "")
-        self.emit(ind, f"{name}r = T.while_loop({cn}, {bn}, ({', '.join(init)},){kw})")
+        self.emit_placed(ind, f"{name}r = T.while_loop({cn}, {bn}, ({', '.join(init)},){kw})")
         res = f"{name}r[1]"
         if extra == "scalar":
             res += f" * (1.0 + {name}r[2] * 0.3)"
@@ -236,7 +315,7 @@ class Gen:
         self.emit(ind + 1, f"{e} = T.stack([{r}, {r} * {self.c()}])")
         s = self.sub(depth - 1, env + [e], ind + 1, ctrs)
         self.emit(ind + 1, f"return T.reduce_mean({s}, axis=0)")
-        self.emit(ind, f"{name} = T.map_fn({fn}, {self.rng.choice(env)})")
+        self.emit_placed(ind, f"{name} = T.map_fn({fn}, {self.rng.choice(env)})")
         return name
 
     def k_scan(self, depth, env, ind, ctrs, fold=False):
@@ -249,7 +328,7 @@ class Gen:
         s = self.sub(depth - 1, env + [e], ind + 1, ctrs)
         self.emit(ind + 1, f"return T.tanh(T.reduce_mean({s}, axis=0))")
         how = "foldl" if fold else "scan"
-        self.emit(ind, f"{name}r = T.{how}({fn}, {A}, initializer={B}[0])")
+        self.emit_placed(ind, f"{name}r = T.{how}({fn}, {A}, initializer={B}[0])")
         if fold:
             self.emit(ind, f"{name} = T.stack([{name}r, {name}r * {self.c()}])")
         else:
@@ -270,10 +349,10 @@ class Gen:
         s = self.sub(depth - 1, env + [e], ind + 1, ctrs)
         self.emit(ind + 1, f"return T.sin(T.reduce_sum({s}, axis=0) * 0.5)")
         if self.rng.random() < 0.5:
-            self.emit(ind, f"{name}r = T.foldr({fn}, {A}, initializer={B}[1])")
+            self.emit_placed(ind, f"{name}r = T.foldr({fn}, {A}, initializer={B}[1])")
             self.emit(ind, f"{name} = T.stack([{name}r * {self.c()}, {name}r])")
         else:
-            self.emit(ind, f"{name} = T.scan({fn}, {A}, initializer={B}[1], reverse=True)")
+            self.emit_placed(ind, f"{name} = T.scan({fn}, {A}, initializer={B}[1], reverse=True)")
         return name
 
     def k_case(self, depth, env, ind, ctrs):
@@ -283,7 +362,7 @@ class Gen:
             self.emit(ind, f"def {fn}():")
             self.emit(ind + 1, f"return {self.sub(depth - 1, env, ind + 1, ctrs)}")
         p1, p2 = self.pred(env, ctrs), self.pred(env, ctrs)
-        self.emit(ind, f"{name} = T.case([({p1}, {fns[0]}), ({p2}, {fns[1]})], "
+        self.emit_placed(ind, f"{name} = T.case([({p1}, {fns[0]}), ({p2}, {fns[1]})], "
                        f"default={fns[2]})")
         return name
 
@@ -304,12 +383,12 @@ class Gen:
         self.emit(ind + 1, f"{na} = T.tanh({sub}) * 0.8")
         self.emit(ind + 1, f"return ({i} + 1, {na}, {t}.write({i}, {na} * {B}))")
         clear = rng.random() < 0.5
-        self.emit(ind, f"{ta} = T.while_loop({cw}, {bw}, (T.constant(0), {A}, "
-                       f"T.TensorArray(T.float64, size={n}, clear_after_read={clear}, "
+        self.emit_placed(ind, f"{ta} = T.while_loop({cw}, {bw}, (T.constant(0), {A}, "
+                       f"T.TensorArray(F, size={n}, clear_after_read={clear}, "
                        f"element_shape=[2, 3])))[2]")
         how = rng.choice(["gather", "loop"])
         if how == "gather":
-            self.emit(ind, f"{name} = T.reduce_sum({ta}.gather(T.range({n} - 1, -1, -1)) "
+            self.emit_placed(ind, f"{name} = T.reduce_sum({ta}.gather(T.range({n} - 1, -1, -1)) "
                            f"* {self.c()}, axis=0) + {A}")
             return name
         cr, br, j, acc = (self.fresh(p) for p in ("cr", "br", "j", "acc"))
@@ -319,14 +398,18 @@ class Gen:
         first = f"{ta}.read({n} - 1 - {j})"
         twice = "" if clear else f" + T.square({ta}.read({n} - 1 - {j})) * {self.c()}"
         self.emit(ind + 1, f"return ({j} + 1, {acc} * 0.7 + T.tanh({first}){twice})")
-        self.emit(ind, f"{name} = T.while_loop({cr}, {br}, (T.constant(0), {B}))[1]")
+        self.emit_placed(ind, f"{name} = T.while_loop({cr}, {br}, (T.constant(0), {B}))[1]")
         return name
 
 
-def gen(seed: int, depth: int = 3) -> dict:
-    """Program source and its run settings for one seed."""
+def gen(seed: int, depth: int = 3, wide: bool = False, devices: bool = False) -> dict:
+    """Program source and its run settings for one seed. `wide`: also the WIDE_LEAVES ops,
+    and a quarter of the programs in float32, and x of a partly unknown static shape in some;
+    `devices`: ops placed on /cpu:0 or /cpu:1."""
     rng = random.Random(seed)
-    g = Gen(rng)
+    g = Gen(rng, wide, devices)
+    dtype = "float32" if wide and rng.random() < 0.25 else "float64"
+    g.emit(1, f"F = T.{dtype}")
     g.emit(1, "xs = x * s")
     env = ["x", "y", "xs"]
     for _ in range(rng.randint(1, 2)):
@@ -335,14 +418,21 @@ def gen(seed: int, depth: int = 3) -> dict:
     src = "def model(T, x, y, s, v):\n" + "\n".join(g.lines) + "\n"
     nrng = np.random.default_rng(seed)
     return {
-        "src": src,
+        "src": src, "dtype": dtype,
         "feeds": {"x": nrng.normal(0, 0.8, (2, 3)), "y": nrng.normal(0, 0.8, (2, 3)),
                   "s": np.float64(nrng.uniform(0.5, 1.5))},
         "v0": nrng.normal(0, 0.5, (2, 3)),
         "grad_ys": nrng.normal(0, 1, (2, 3)) if rng.random() < 0.4 else None,
         "second": rng.random() < 0.5,
         "u": nrng.normal(0, 1, (2, 3)),
+        "xshape": rng.choice([(None, 3), (2, None)]) if wide and rng.random() < 0.3 else (2, 3),
     }
+
+
+def as_float64(prog: dict) -> dict:
+    """The same program in float64, float32 casts included: the finite-difference
+    reference (a float32 rounding would swamp a difference over eps)."""
+    return dict(prog, dtype="float64", src=prog["src"].replace("T.float32", "T.float64"))
 
 
 # ------------------------------------------------------------------ running
@@ -355,36 +445,42 @@ def build(T, prog, second=True):
     """The program's graph on T (dcf or TF1): placeholders, outputs and the fetch list."""
     ns: dict = {}
     exec(prog["src"], ns)
-    x = T.placeholder(T.float64, (2, 3), name="x")
-    y = T.placeholder(T.float64, (2, 3), name="y")
-    s = T.placeholder(T.float64, (), name="s")
-    v = T.Variable(prog["v0"], name="v")
+    F = getattr(T, prog.get("dtype", "float64"))
+    x = T.placeholder(F, prog.get("xshape", (2, 3)), name="x")
+    y = T.placeholder(F, (2, 3), name="y")
+    s = T.placeholder(F, (), name="s")
+    v = T.Variable(prog["v0"].astype(prog.get("dtype", "float64")), name="v")
     out = ns["model"](T, x, y, s, v)
     wrt = [x, y, s, v]
-    gy = None if prog["grad_ys"] is None else T.constant(prog["grad_ys"])
+    gy = None if prog["grad_ys"] is None else T.constant(prog["grad_ys"], dtype=F)
     grads = [dense(T, gr) for gr in T.gradients(out, wrt, grad_ys=gy)]
     fetch = {"out": out}
     for k, gr in zip("xysv", grads):
         if gr is not None:
             fetch["d" + k] = gr
     if second and prog["second"] and grads[0] is not None:
-        hs = T.gradients(T.reduce_sum(grads[0] * T.constant(prog["u"])), wrt)
+        hs = T.gradients(T.reduce_sum(grads[0] * T.constant(prog["u"], dtype=F)), wrt)
         for k, h in zip("xysv", hs):
             if h is not None:
                 fetch["h" + k] = dense(T, h)
     return {"x": x, "y": y, "s": s}, fetch
 
 
-def run_dcf(prog, compile_frames=True, feeds=None, second=True):
+def feed_dict(prog, ph, feeds):
+    dtype = np.dtype(prog.get("dtype", "float64"))
+    return {ph[k]: np.asarray(val, dtype) for k, val in (feeds or prog["feeds"]).items()}
+
+
+def run_dcf(prog, compile_frames=True, feeds=None, second=True, fuse_devices=True):
     g = dcf.Graph()
     with g.as_default():
         ph, fetch = build(dcf, prog, second)
         init = dcf.global_variables_initializer()
-    config = dcf.SessionConfig(compile_frames=compile_frames)
+    config = dcf.SessionConfig(compile_frames=compile_frames, fuse_devices=fuse_devices)
     with dcf.Session(g, config=config) as sess:
         sess.run(init)
-        feed = {ph[k]: val for k, val in (feeds or prog["feeds"]).items()}
-        return sess.run(fetch, feed, options=dcf.RunOptions(timeout_s=60))
+        return sess.run(fetch, feed_dict(prog, ph, feeds),
+                        options=dcf.RunOptions(timeout_s=60))
 
 
 _TF = None
@@ -397,6 +493,10 @@ def tf1():
         tf.disable_v2_behavior()
         tf.disable_control_flow_v2()
         tf.get_logger().setLevel("ERROR")
+        # dcf follows API.md: top-level softplus, and cross-entropy that differentiates
+        # its labels too (TF1's v1 op stops them; its _v2 is the same op as dcf's)
+        tf.softplus = tf.nn.softplus
+        tf.nn.softmax_cross_entropy_with_logits = tf.nn.softmax_cross_entropy_with_logits_v2
         _TF = tf
     return _TF
 
@@ -407,16 +507,18 @@ def run_tf(prog, feeds=None, second=True):
     with g.as_default():
         ph, fetch = build(tf, prog, second)
         init = tf.global_variables_initializer()
-    with tf.Session(graph=g, config=tf.ConfigProto(intra_op_parallelism_threads=1,
-                                                   inter_op_parallelism_threads=1)) as sess:
+    config = tf.ConfigProto(intra_op_parallelism_threads=1, inter_op_parallelism_threads=1,
+                            device_count={"CPU": 2}, allow_soft_placement=True)
+    with tf.Session(graph=g, config=config) as sess:
         sess.run(init)
-        feed = {ph[k]: val for k, val in (feeds or prog["feeds"]).items()}
-        return sess.run(fetch, feed)
+        return sess.run(fetch, feed_dict(prog, ph, feeds))
 
 
 def close(a, b) -> bool:
     a, b = np.asarray(a), np.asarray(b)
-    return a.shape == b.shape and np.allclose(a, b, rtol=RTOL, atol=ATOL)
+    single = np.float32 in (a.dtype, b.dtype)
+    return a.shape == b.shape and np.allclose(a, b, rtol=RTOL32 if single else RTOL,
+                                              atol=ATOL32 if single else ATOL)
 
 
 def differ(r1: dict, r2: dict) -> list:
@@ -470,6 +572,7 @@ def verdict(prog, key, rd, rt):
         return ""
     if "stop_gradient" in prog["src"]:
         return "no finite-difference reference (stop_gradient)"
+    prog = as_float64(prog)
     try:
         fd = finite_diff(prog, run_tf if rt is not None else run_dcf, key)
     except Exception:  # TF refusing: take dcf's forward values instead
@@ -497,30 +600,64 @@ def hvp_check(prog, rd, eps=1e-5):
         p = dict(prog, v0=prog["v0"] + t * dirs["v"])
         return float(np.sum(run_dcf(p, feeds=feeds, second=False).get("dx", 0) * prog["u"]))
 
+    rtol = 1e-3 if prog["dtype"] == "float32" else 1e-5
+    prog = as_float64(prog)
     fd = (at(eps) - at(-eps)) / (2 * eps)
     got = sum(float(np.sum(rd.get("h" + k, 0) * dirs[k])) for k in "xysv")
-    if np.isclose(got, fd, rtol=1e-5, atol=1e-7):
+    if np.isclose(got, fd, rtol=rtol, atol=1e-7):
         return None
     return f"dcf second order along a direction {got!r}, central difference {fd!r}"
 
 
-def check(seed: int, depth: int, use_tf: bool) -> tuple[bool, str, str]:
+def other_paths(prog: dict, rd: dict, devices: bool) -> list:
+    """dcf's other executors against the default (compiled, devices fused): the tagged-token
+    executor and, for programs placed on two devices, compiled partitions exchanging
+    values (`fuse_devices=False`)."""
+    notes = []
+    paths = {"tagged": dict(compile_frames=False)}
+    if devices:
+        paths["unfused"] = dict(fuse_devices=False)
+    for what, kw in paths.items():
+        try:
+            rx = run_dcf(prog, **kw)
+        except Exception as e:
+            notes.append(f"{what} run failed: {type(e).__name__}: {str(e)[:300]}")
+            continue
+        bad = differ(rd, rx)
+        if bad:
+            notes.append(f"fused compiled vs {what} differ in {bad}: "
+                         + "; ".join(f"{k}: {rd.get(k)} vs {rx.get(k)}" for k in bad
+                                     if "(" not in k))
+    return notes
+
+
+def fd_only(prog: dict, rd: dict, refused: str, info: list) -> list:
+    """dcf's first-order gradients against finite differences alone (TF1 refused the
+    program): the notes of those that disagree."""
+    if "stop_gradient" in prog["src"]:
+        return [f"TF1 refused ({refused}); no finite-difference reference (stop_gradient)"]
+    bad = [f"TF1 refused ({refused}); d{k}: dcf {rd.get('d' + k)}; {why}"
+           for k in "xysv" for why in [verdict(prog, "d" + k, rd, None)]
+           if not why.startswith("dcf right")]
+    info.append(f"TF1 refused ({refused[:60]}), first order checked by finite differences")
+    return bad
+
+
+def check(seed: int, depth: int, use_tf: bool, wide: bool = False,
+          devices: bool = False) -> tuple[bool, str, str]:
     """(agree, what differs, notes that are not disagreements)."""
-    prog = gen(seed, depth)
-    notes, info = [], []
+    prog = gen(seed, depth, wide, devices)
+    notes, info = [], [prog["dtype"], f"x {prog['xshape']}"] if wide else []
     try:
         rd = run_dcf(prog)
     except Exception as e:
-        return False, f"dcf failed: {type(e).__name__}: {str(e)[:400]}", ""
-    try:
-        rx = run_dcf(prog, compile_frames=False)
-        bad = differ(rd, rx)
-        if bad:
-            notes.append(f"compiled vs tagged differ in {bad}: "
-                         + "; ".join(f"{k}: {rd.get(k)} vs {rx.get(k)}" for k in bad
-                                     if "(" not in k))
-    except Exception as e:
-        notes.append(f"tagged executor failed: {type(e).__name__}: {str(e)[:300]}")
+        why = f"{type(e).__name__}: {str(e)[:400]}"
+        try:
+            run_tf(prog) if use_tf else None
+        except Exception as e2:    # a program neither builds (an unstack of an unknown dim)
+            return True, "", f"both refuse: dcf {why[:150]}; TF1 {str(e2).splitlines()[0][:150]}"
+        return False, f"dcf failed: {why}", ""
+    notes += other_paths(prog, rd, devices and "T.device" in prog["src"])
     if not use_tf:
         return not notes, "\n    ".join(notes), ""
     rt, tf_second = None, prog["second"]
@@ -532,13 +669,17 @@ def check(seed: int, depth: int, use_tf: bool) -> tuple[bool, str, str]:
             rt, tf_second = run_tf(prog, second=False), False
             info.append(f"TF1 refused second order ({first})")
         except Exception as e2:
-            notes.append(f"TF1 refused: {type(e2).__name__}: {str(e2).splitlines()[0][:200]}")
+            refused = f"{type(e2).__name__}: {str(e2).splitlines()[0][:120]}"
+            notes += fd_only(prog, rd, refused, info)
     if rt is not None:
         mine = rd if tf_second else {k: val for k, val in rd.items() if k[0] != "h"}
         for k in differ(mine, rt):
-            key = k.split("(")[0]
+            key, why = k.split("(")[0], verdict(prog, k, rd, rt)
+            if why.startswith("dcf right"):    # TF1's bug (often a dropped second order)
+                info.append(f"TF1 wrong in {k}, dcf ~fd")
+                continue
             notes.append(f"dcf vs TF1 differ in {k}: dcf {rd.get(key)} TF1 {rt.get(key)}; "
-                         f"{verdict(prog, k, rd, rt)}")
+                         f"{why}")
     if prog["second"] and not tf_second and "dx" in rd:
         bad = hvp_check(prog, rd)
         if bad and hvp_check(prog, rd, eps=1e-7):  # not a branch flipping at eps
@@ -554,20 +695,25 @@ def main() -> None:
     ap.add_argument("--seeds", default="0:50", help="A:B, the half-open range")
     ap.add_argument("--depth", type=int, default=3)
     ap.add_argument("--show", action="store_true", help="print every program")
-    ap.add_argument("--no-tf", action="store_true", help="dcf's two paths only")
+    ap.add_argument("--no-tf", action="store_true", help="dcf's paths only")
+    ap.add_argument("--wide", action="store_true",
+                    help="also softmax, cross-entropy, gather_nd, scatter_nd, reduce_prod, pow, "
+                         "int paths, ... (WIDE_LEAVES), and float32 programs")
+    ap.add_argument("--devices", action="store_true",
+                    help="place ops on /cpu:0 and /cpu:1 (dcf also runs unfused)")
     args = ap.parse_args()
     first, last = (int(t) for t in args.seeds.split(":"))
     nbad = 0
     for seed in range(first, last):
         try:
-            ok, note, info = check(seed, args.depth, not args.no_tf)
+            ok, note, info = check(seed, args.depth, not args.no_tf, args.wide, args.devices)
         except Exception:
             ok, note, info = False, traceback.format_exc()[-800:], ""
         nbad += not ok
         print(f"{'OK ' if ok else 'BAD'} seed {seed}" + (f" ({info})" if info else "")
               + ("" if ok else f"\n    {note}"), flush=True)
         if args.show or not ok:
-            print(gen(seed, args.depth)["src"], flush=True)
+            print(gen(seed, args.depth, args.wide, args.devices)["src"], flush=True)
     print(f"{last - first - nbad} of {last - first} programs agree")
     sys.exit(1 if nbad else 0)
 

@@ -690,8 +690,9 @@ def _unpack_grad(op, *grads):
     return [stack(_zeros_for_none(grads, op.outputs), axis=op.attrs["axis"])]
 
 
-def unstack(value: Any, num: int | None = None, axis: int = 0, name: str | None = None) -> tuple:
-    """``tuple(np.moveaxis(value, axis, 0))``: split along `axis` into `num` tensors.
+def unstack(value: Any, num: int | None = None, axis: int = 0, name: str | None = None) -> list:
+    """``list(np.moveaxis(value, axis, 0))``: split along `axis` into a list of `num` tensors
+    (a list, as TF's, so `unstack(x) + [y]` works).
 
     `num` defaults to the static size of that axis; ValueError when it is unknown.
     """
@@ -700,7 +701,7 @@ def unstack(value: Any, num: int | None = None, axis: int = 0, name: str | None 
         if x.shape is None or x.shape[_norm_axis(axis, x.type.rank)] is None:
             raise ValueError(f"unstack: cannot infer num from the shape of {x!r}; pass num=")
         num = x.shape[_norm_axis(axis, x.type.rank)]
-    return apply("Unpack", [x], name, num=int(num), axis=int(axis))
+    return list(apply("Unpack", [x], name, num=int(num), axis=int(axis)))
 
 
 # ------------------------------------------------------------------------ split
@@ -796,24 +797,26 @@ def split(
     axis: int = 0,
     num: int | None = None,
     name: str | None = None,
-) -> tuple:
+) -> list:
     """``np.split(value, n, axis)`` for an int n (equal parts), or cut `value` along `axis`
-    into pieces of the given sizes (one size may be -1). Returns a tuple of tensors."""
+    into pieces of the given sizes (one size may be -1). Returns a list of tensors (as TF
+    and numpy do)."""
     axis = _static_axis(axis)
     if _is_tensorlike(num_or_size_splits):
         v = constant_value(num_or_size_splits)
         if v is not None and np.ndim(v) == 0:
             num_or_size_splits = int(v)
     if isinstance(num_or_size_splits, (int, np.integer)):
-        return apply("SplitV", [value], name, sizes=None, num=int(num_or_size_splits), axis=axis)
+        return list(apply("SplitV", [value], name, sizes=None, num=int(num_or_size_splits),
+                          axis=axis))
     static, _, dyn = _shape_arg(num_or_size_splits)
     if dyn is None:
         assert static is not None
-        return apply("SplitV", [value], name, sizes=static, num=len(static), axis=axis)
+        return list(apply("SplitV", [value], name, sizes=static, num=len(static), axis=axis))
     n = num if num is not None else dyn.shape[0] if dyn.shape else None
     if n is None:
         raise ValueError("split: cannot infer the number of pieces from size_splits; pass num=")
-    return apply("SplitV", [value, dyn], name, sizes=None, num=int(n), axis=axis)
+    return list(apply("SplitV", [value, dyn], name, sizes=None, num=int(n), axis=axis))
 
 
 # ------------------------------------------------------------------ slice, pad
