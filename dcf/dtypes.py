@@ -53,7 +53,10 @@ ALL = (float16, float32, float64, int32, int64, bool_)
 # numpy's real scalar types (what indexing or reducing a numpy array gives)
 NUMPY_SCALARS = frozenset({np.float16, np.float32, np.float64, np.int8, np.int16, np.int32,
                            np.int64, np.uint8, np.uint16, np.uint32, np.uint64, np.bool_})
-_BY_NAME = {d.name: d for d in ALL + (resource, variant)}
+# TF1's names too: its "float" is float32 (numpy's "float" is float64), as Python's
+# `float` is here (see as_dtype)
+_BY_NAME = {d.name: d for d in ALL + (resource, variant)} | {
+    "float": float32, "double": float64, "half": float16}
 _BY_NP = {d.np: d for d in ALL}
 
 

@@ -42,21 +42,38 @@ class Optimizer:
             raise ValueError(f"{self.name}: no variables to optimize")
         return list(zip(gradients(loss, vs), vs))
 
-    def apply_gradients(self, grads_and_vars: list, name: str | None = None) -> Operation:
+    def apply_gradients(self, grads_and_vars: list, name: str | None = None, *,
+                        global_step: Variable | None = None) -> Operation:
+        """An op that applies the gradients (and then adds 1 to `global_step`, if given,
+        as TF's does)."""
         g = get_default_graph()
         with g.name_scope(name or self.name):
             updates = [self._apply(gr, v) for gr, v in grads_and_vars if gr is not None]
             if not updates:
                 raise ValueError(f"{self.name}: no gradients flow to any variable")
-            return group(*updates, name="update")
+            return _counted(group(*updates, name="update"), global_step)
 
     def minimize(self, loss: Tensor, var_list: list[Variable] | None = None,
-                 name: str | None = None) -> Operation:
-        """An op that takes one optimization step on `loss`."""
-        return self.apply_gradients(self.compute_gradients(loss, var_list), name=name)
+                 name: str | None = None, *,
+                 global_step: Variable | None = None) -> Operation:
+        """An op that takes one optimization step on `loss` (and adds 1 to `global_step`,
+        an integer Variable, once the variables are updated, as TF's does)."""
+        return self.apply_gradients(self.compute_gradients(loss, var_list), name=name,
+                                    global_step=global_step)
 
     def _apply(self, grad: Tensor, var: Variable) -> Any:
         raise NotImplementedError
+
+
+def _counted(update: Operation, global_step: Variable | None) -> Operation:
+    """`update`, or an op adding 1 to `global_step` after it (TF's apply_gradients)."""
+    if global_step is None:
+        return update
+    if not isinstance(global_step, Variable):
+        raise TypeError(f"global_step must be a dcf.Variable, got {global_step!r}")
+    with update.graph.control_dependencies([update]):
+        return global_step.assign_add(
+            convert_to_tensor(1, dtype=global_step.dtype), name="global_step_add").op
 
 
 def _lr_as(learning_rate: Any, dtype: Any) -> Tensor:
@@ -93,7 +110,8 @@ class AdamOptimizer(Optimizer):
         self._slots: dict[Variable, tuple[Variable, Variable]] = {}
         self._powers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
-    def apply_gradients(self, grads_and_vars: list, name: str | None = None) -> Operation:
+    def apply_gradients(self, grads_and_vars: list, name: str | None = None, *,
+                        global_step: Variable | None = None) -> Operation:
         pairs = [(gr, v) for gr, v in grads_and_vars if gr is not None]
         if not pairs:
             raise ValueError(f"{self.name}: no gradients flow to any variable")
@@ -131,7 +149,7 @@ class AdamOptimizer(Optimizer):
                 updates.append(var.assign_sub(step))
             with g.control_dependencies(updates):
                 powers = [b1p.assign(nb1), b2p.assign(nb2)]
-            return group(*updates, *powers, name="update")
+            return _counted(group(*updates, *powers, name="update"), global_step)
 
     def _slot(self, var: Variable) -> tuple[Variable, Variable]:
         s = self._slots.get(var)

@@ -162,6 +162,12 @@ def while_grad(state: GradState, w: WhileContext, inputs: list[Tensor],
     def factory(frame_name: str, pi: int, back_prop: bool, swap: bool, outer: Any):
         return GradWhileContext(frame_name, pi, back_prop, swap, outer, w, sync)
 
+    # the body inputs of the other loop vars (a counter, a bool mask of finished rows)
+    # end the body's walk: past them it would go on through the loop's Merge into the
+    # body again, a cycle whose ops never get all their gradients, and an op before it
+    # (logits that an argmax reads, say) would then never pass its gradient on
+    state.stops.update(w.body_inputs[k].outputs[0] for k in range(n_vars) if k not in diff)
+
     def body(n: Tensor, dvs: list, accs: list, taccs: list) -> tuple:
         ys = [w.body_results[k] for k in diff]
         bins = [w.body_inputs[k].outputs[0] for k in diff]

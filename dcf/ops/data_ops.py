@@ -585,16 +585,17 @@ def py_func(fn: Callable[..., Any], inputs: list, Tout: Any, stateful: bool = Tr
 
     Its results are converted to the dtypes in `Tout` (a dtype, or a list of them);
     their static shapes are unknown. It runs in the process that holds its device.
-    Returns a tensor when Tout is a single dtype, else a list of tensors.
+    Returns a tensor when Tout is a single dtype, else a list of tensors; with Tout=[],
+    the op (for `control_dependencies`, as TF's).
     """
     single = not isinstance(Tout, (list, tuple))
     tout = [dtypes.as_dtype(t) for t in ([Tout] if single else Tout)]
     fn_name = getattr(fn, "__name__", type(fn).__name__)
     out = apply("PyFunc" if stateful else "PyFuncStateless", list(inputs), name=name or "PyFunc",
                 fn=fn, tout=tout, stateful=stateful, fn_name=fn_name)
+    if not isinstance(out, (tuple, Tensor)):
+        return out          # no outputs: apply gave the Operation
     outs = list(out) if isinstance(out, tuple) else [out]
-    if not outs:
-        return out
     return outs[0] if single else outs
 
 
