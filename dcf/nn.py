@@ -13,6 +13,7 @@ from dcf.control_flow import while_loop
 from dcf.device import DeviceSpec
 from dcf.graph import Tensor, get_default_graph
 from dcf.ops import array_ops, math_ops
+from dcf.ops.math_ops import softplus  # noqa: F401  (TF1's tf.nn.softplus)
 from dcf.ops.nn_ops import (  # noqa: F401
     log_softmax, relu, sigmoid, softmax, softmax_cross_entropy_with_logits,
     sparse_softmax_cross_entropy_with_logits, tanh,
@@ -26,7 +27,7 @@ from dcf.tensor_array import TensorArray
 
 __all__ = ["LSTMCell", "GRUCell", "LSTMStateTuple", "dynamic_rnn", "static_rnn", "dense",
            "softmax", "log_softmax", "softmax_cross_entropy_with_logits",
-           "sparse_softmax_cross_entropy_with_logits", "relu", "sigmoid", "tanh"]
+           "sparse_softmax_cross_entropy_with_logits", "relu", "sigmoid", "tanh", "softplus"]
 
 LSTMStateTuple = collections.namedtuple("LSTMStateTuple", ["c", "h"])
 # A cell's hoisted form for dynamic_rnn (see _hoisted_rnn): the projection weights

@@ -187,8 +187,11 @@ def _sparse_xent(xp, logits, labels):
     picked = s.reshape(-1, n)[rows, flat].reshape(labels.shape)
     loss = xp.log(total[..., 0]) - picked
     e /= total
-    e.reshape(-1, n)[rows, flat] -= 1  # e is ours and contiguous: reshape is a view
-    return _s(loss), e
+    # e has the layout of logits (numpy keeps a transposed input's strides), so its
+    # reshape may be a copy: subtract from the reshaped array and return that
+    backprop = e.reshape(-1, n)
+    backprop[rows, flat] -= 1
+    return _s(loss), backprop.reshape(e.shape)
 
 
 register(
