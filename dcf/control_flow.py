@@ -316,8 +316,14 @@ def _branch_output(ctx: CondContext, x: Any) -> Any:
     if _is_ta(x):
         return x._with_flow(ctx.capture(x.flow))
     if isinstance(x, Operation):
-        raise TypeError(f"{ctx.describe()}: a branch returned the op '{x.name}'; return "
-                        "tensors (wrap side effects with dcf.control_dependencies + identity)")
+        # TF's rule: an op stands as the branch's pivot run after it (a bool tensor whose
+        # value is the branch taken), so `cond(p, lambda: train_op, dcf.no_op)` runs
+        # train_op only when p holds
+        if x.graph is not ctx._pivot.graph:
+            raise ValueError(f"{ctx.describe()}: a branch returned the op '{x.name}' of "
+                             "another graph")
+        with x.graph.control_dependencies([x]):
+            return identity(ctx._pivot.outputs[0], name="op_done")
     return ctx.capture(convert_to_tensor(x))
 
 

@@ -97,7 +97,12 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None, name: str | None = None,
         _ACTIVE.append(state)
         try:
             if g._ctx is not None:
-                raise ValueError("call gradients() outside cond/while_loop bodies")
+                raise ValueError(
+                    f"gradients() called inside {g._ctx.describe()}: call it outside "
+                    "cond/while_loop bodies (map_fn, scan, foldl and foldr bodies are "
+                    "while_loop bodies); to update only on one branch, compute the "
+                    "gradients outside (opt.compute_gradients) and apply them inside "
+                    "(opt.apply_gradients)")
             gy_full = []
             for i, (y, gy) in enumerate(zip(ys_l, gy_l)):
                 if gy is None:

@@ -58,12 +58,15 @@ def test_cond_branches_with_different_dtypes_name_both():
         )
 
 
-def test_cond_branch_returning_none_or_an_op_is_a_type_error():
+def test_cond_branch_returning_none_is_a_type_error_and_an_op_a_bool():
     p = dcf.placeholder(dcf.bool, ())
     with pytest.raises(TypeError, match=r"cond 'cond': false_fn returned None"):
         dcf.cond(p, lambda: dcf.constant(1.0), lambda: None)
-    with pytest.raises(TypeError, match=r"a branch returned the op"):
-        dcf.cond(p, lambda: dcf.no_op(), lambda: dcf.no_op())
+    # an op stands for the branch's pivot, run after it (TF1's rule): a bool tensor
+    done = dcf.cond(p, lambda: dcf.no_op(), lambda: dcf.no_op())
+    assert done.dtype == dcf.bool
+    with pytest.raises(TypeError, match=r"(?s)cond 'cond_2'.*bool.*float32"):
+        dcf.cond(p, lambda: dcf.no_op(), lambda: dcf.constant(1.0))
 
 
 def test_cond_pred_must_be_a_scalar_bool_tensor():
