@@ -4,6 +4,7 @@ signature) -> one actor step per device -> numpy results in the fetches' structu
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import itertools
 import json
@@ -814,7 +815,7 @@ class Session:
             if cluster._closed:
                 coro.close()
                 raise RuntimeError("this session's cluster is closed")
-            return cluster._io.call(coro)  # runs on the cluster's I/O loop
+            return _call_on_io(cluster._io, coro)  # runs on the cluster's I/O loop
         try:
             asyncio.get_running_loop()
             running = True
@@ -961,6 +962,35 @@ def _serve(loop: asyncio.AbstractEventLoop) -> None:
     """A session's loop thread: runs its loop until stopped, then closes it."""
     loop.run_forever()
     loop.close()
+
+
+def _call_on_io(io: Any, coro: Any) -> Any:
+    """io.call(coro) (a cluster's I/O loop, in its own thread), with Ctrl-C made safe as
+    in _run_to_end: the first SIGINT cancels the run, which unwinds on the I/O loop (the
+    step aborted on every worker), and KeyboardInterrupt is raised here, once. Python's
+    own handler could raise it where it is dropped (a finalizer running in this thread),
+    and the run went on."""
+    fut = io.submit(coro)
+
+    def cancel() -> None:
+        if not fut.cancel():        # (over already: the interrupt goes out where it lands)
+            raise KeyboardInterrupt
+
+    with Interrupt(cancel) as intr:
+        try:
+            result = fut.result()
+        except concurrent.futures.CancelledError:
+            if intr.requested:
+                raise KeyboardInterrupt from None
+            raise
+        except BaseException as e:
+            fut.cancel()
+            if intr.requested and isinstance(e, Exception):
+                raise KeyboardInterrupt from e
+            raise
+        if intr.requested:
+            raise KeyboardInterrupt
+        return result
 
 
 def _run_to_end(loop: asyncio.AbstractEventLoop, coro: Any) -> Any:

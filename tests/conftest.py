@@ -4,11 +4,21 @@
 from __future__ import annotations
 
 import random
+import signal
 
 import numpy as np
 import pytest
 
 import dcf
+
+
+def pytest_configure(config):
+    """The tests that press Ctrl-C (a real SIGINT to the main thread) need Python's own
+    handler, which Python does not install where SIGINT starts ignored: a suite started as
+    a background job of a non-interactive shell (`bash -c '... &'`) inherits SIG_IGN,
+    and those runs then waited for a Ctrl-C that never came."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)

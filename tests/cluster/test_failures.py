@@ -97,6 +97,26 @@ def test_ctrl_c_during_a_run_aborts_it_on_every_worker_and_the_session_goes_on()
             assert sess.run(z) == 6.0
 
 
+def test_a_cluster_run_takes_ctrl_c_over_while_it_waits():
+    """While the main thread waits for a cluster run, SIGINT goes to dcf's handler, which
+    only records the request and cancels the run (Python's own raised KeyboardInterrupt
+    wherever it landed: in a finalizer running in the main thread it was dropped, and the
+    run went on; a fresh-clone CI run hung here once, in the test above). After the run,
+    the program's handler is back."""
+    seen = []
+
+    def handler_now(x):
+        seen.append(signal.getsignal(signal.SIGINT))
+        return x
+
+    with dcf.Cluster.local(1) as cluster:
+        y = dcf.py_func(handler_now, [dcf.constant(1.0)], dcf.float32)   # (the client's)
+        with dcf.Session(cluster=cluster) as sess:
+            assert sess.run(y) == 1.0
+    assert seen and seen[0] is not signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 def test_workers_exit_when_their_client_process_dies(tmp_path):
     script = tmp_path / "client.py"
     script.write_text(textwrap.dedent("""
