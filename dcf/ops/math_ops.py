@@ -49,6 +49,7 @@ from dcf.ops.registry import (
     OpDef,
     RegisterGradient,
     apply,
+    as_value,
     binary_infer,
     broadcast_shape,
     changed_by_cast,
@@ -120,20 +121,15 @@ def _const_like(value: Any, dtype: dtypes.DType, graph: Any) -> Tensor:
             f"cannot use {value!r} ({np.asarray(value).dtype}) with a {dtype} "
             "tensor; convert it with dcf.cast or dcf.constant(..., dtype=)"
         )
-    if not _fits(value, dtype):
+    try:
+        with np.errstate(over="ignore", invalid="ignore"):   # (checked just below)
+            v = as_value(value, dtype)
+    except OverflowError:
+        v = None
+    if v is None or changed_by_cast(value, v, dtype):       # (a float may round)
         raise TypeError(f"cannot use {value!r} with a {dtype} tensor: it does not fit {dtype}; "
                         "cast the tensor to a wider dtype with dcf.cast")
-    return _const(value, dtype, graph)
-
-
-def _fits(value: Any, dtype: dtypes.DType) -> bool:
-    """Whether `value` converts to `dtype` without wrapping around (a float may round)."""
-    try:
-        with np.errstate(over="ignore", invalid="ignore"):
-            arr = np.asarray(value, dtype=dtype.np)
-    except OverflowError:
-        return False
-    return not changed_by_cast(value, arr, dtype)
+    return _const(v, dtype, graph)
 
 
 def _pair(x: Any, y: Any) -> tuple[Tensor, Tensor]:
