@@ -53,6 +53,23 @@ class Interrupt:
             if _signal.getsignal(_SIGINT) is h:
                 _signal.signal(_SIGINT, _DEFAULT)
 
+    def settle(self, wait: Callable[[], Any], cancelled: type) -> Any:
+        """`wait()`'s result, where the first SIGINT cancelled what it waits for (raising
+        `cancelled`, or a failure while it unwound) or came after: KeyboardInterrupt, once."""
+        try:
+            result = wait()
+        except cancelled:
+            if self.requested:
+                raise KeyboardInterrupt from None
+            raise
+        except Exception as e:
+            if self.requested:      # failed while it unwound: the user asked to stop
+                raise KeyboardInterrupt from e
+            raise
+        if self.requested:          # it came after the run's last yield
+            raise KeyboardInterrupt
+        return result
+
     def _on_sigint(self, signum: int, frame: Any) -> None:
         if self.requested:
             raise KeyboardInterrupt

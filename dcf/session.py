@@ -965,11 +965,10 @@ def _serve(loop: asyncio.AbstractEventLoop) -> None:
 
 
 def _call_on_io(io: Any, coro: Any) -> Any:
-    """io.call(coro) (a cluster's I/O loop, in its own thread), with Ctrl-C made safe as
-    in _run_to_end: the first SIGINT cancels the run, which unwinds on the I/O loop (the
-    step aborted on every worker), and KeyboardInterrupt is raised here, once. Python's
-    own handler could raise it where it is dropped (a finalizer running in this thread),
-    and the run went on."""
+    """io.call(coro) (a cluster's I/O loop, in its own thread), with Ctrl-C handled as in
+    _run_to_end, so both paths behave alike: the first SIGINT cancels the run, which
+    unwinds on the I/O loop (the step aborted on every worker), and KeyboardInterrupt is
+    raised here, once; a second raises where it lands."""
     fut = io.submit(coro)
 
     def cancel() -> None:
@@ -978,19 +977,10 @@ def _call_on_io(io: Any, coro: Any) -> Any:
 
     with Interrupt(cancel) as intr:
         try:
-            result = fut.result()
-        except concurrent.futures.CancelledError:
-            if intr.requested:
-                raise KeyboardInterrupt from None
-            raise
-        except BaseException as e:
+            return intr.settle(fut.result, concurrent.futures.CancelledError)
+        except BaseException:
             fut.cancel()
-            if intr.requested and isinstance(e, Exception):
-                raise KeyboardInterrupt from e
             raise
-        if intr.requested:
-            raise KeyboardInterrupt
-        return result
 
 
 def _run_to_end(loop: asyncio.AbstractEventLoop, coro: Any) -> Any:
@@ -1010,19 +1000,7 @@ def _run_to_end(loop: asyncio.AbstractEventLoop, coro: Any) -> Any:
 
     with Interrupt(cancel) as intr:
         try:
-            try:
-                result = loop.run_until_complete(task)
-            except asyncio.CancelledError:
-                if intr.requested:
-                    raise KeyboardInterrupt from None
-                raise
-            except Exception as e:
-                if intr.requested:      # failed while it unwound: the user asked to stop
-                    raise KeyboardInterrupt from e
-                raise
-            if intr.requested:          # it came after the run's last yield
-                raise KeyboardInterrupt
-            return result
+            return intr.settle(lambda: loop.run_until_complete(task), asyncio.CancelledError)
         except BaseException:
             if not task.done():
                 task.cancel()

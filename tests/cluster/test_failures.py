@@ -99,10 +99,8 @@ def test_ctrl_c_during_a_run_aborts_it_on_every_worker_and_the_session_goes_on()
 
 def test_a_cluster_run_takes_ctrl_c_over_while_it_waits():
     """While the main thread waits for a cluster run, SIGINT goes to dcf's handler, which
-    only records the request and cancels the run (Python's own raised KeyboardInterrupt
-    wherever it landed: in a finalizer running in the main thread it was dropped, and the
-    run went on; a fresh-clone CI run hung here once, in the test above). After the run,
-    the program's handler is back."""
+    only records the request and cancels the run, as in-process runs do (dcf/interrupts.py).
+    After the run, the program's handler is back."""
     seen = []
 
     def handler_now(x):
