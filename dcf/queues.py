@@ -53,7 +53,8 @@ class QueueStore:
             if self.closed:
                 raise CancelledError(f"enqueue to queue '{self.name}': it is closed")
             # (more elements than can ever fit go in whole once the queue is empty)
-            if len(self.items) + len(elems) > self._limit() and self.items:
+            n = len(self.items) + len(elems)
+            if self.items and n > self.capacity and n > self._limit():
                 raise WouldBlock(_wait(self._putters, len(elems)))
             self.items.extend(elems)
             self._waiters = _wake(self._waiters)
