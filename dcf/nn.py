@@ -21,6 +21,7 @@ from dcf.ops.nn_ops import (  # noqa: F401
 from dcf.ops.registry import convert_to_tensor
 from dcf.ops.rnn_ops import (
     lstm_gates, project_unstack, rnn_matmul, tie_recorded_inputs, transpose_copy,
+    wavefront_inputs,
 )
 from dcf.ops.state_ops import Variable
 from dcf.tensor_array import TensorArray

@@ -1,8 +1,9 @@
 """Fuse a loop's gradient accumulation into the kernel that makes each term (GPU).
 
 The backward loop of a gradient sums the gradient of a loop-invariant value over the
-iterations in a loop variable: acc(t+1) = acc(t) + MatMul(a(t), b(t)) for a weight,
-acc(t+1) = acc(t) + Sum(x(t), axis 0) for a bias. On a GPU each term costs two
+iterations in a loop variable: acc(t+1) = acc(t) + MatMul(a(t), b(t)) for a weight
+(BatchMatMulV2 for a stack of them: one strided-batched GEMM with beta = 1, its terms
+never held), acc(t+1) = acc(t) + Sum(x(t), axis 0) for a bias. On a GPU each term costs two
 launches and an allocation, and a loop of small kernels is bound by the host's cost
 per launch (bench/NOTES.md). cuBLAS computes C = A B + C in one call (beta = 1), and a
 column sum can add itself to its output, so the frame compiler emits one call that
@@ -54,8 +55,8 @@ from __future__ import annotations
 from typing import Any
 
 from dcf.errors import node_error
-from dcf.ops.gpu_kernels import STACK_ROWS_MAX, colsum_accumulate, forget_stacks, \
-    gemm_accumulate, stack_rows
+from dcf.ops.gpu_kernels import STACK_ROWS_MAX, batched_gemm_accumulate, colsum_accumulate, \
+    forget_stacks, gemm_accumulate, stack_rows
 from dcf.ops.gpu_raw import c_contiguous
 from dcf.ops.registry import Kind
 
@@ -93,6 +94,8 @@ def _term_kind(t: Any, add: Any, gpu_of: dict, inputs_of: Any) -> str | None:
         return None
     if t.type == "MatMul" and t.n_out == 1:
         return "matmul"
+    if t.type == "BatchMatMulV2" and t.n_out == 1:
+        return "batched"
     if t.type == "Sum" and t.n_out == 1 and not t.pnode.attrs.get("keepdims", False) and \
             len(inputs_of(t)) == 1 and t.pnode.attrs.get("axis") in (0, (0,), [0]):
         return "colsum"
@@ -170,8 +173,9 @@ class FusedAccumulate:
         attrs = term.pnode.attrs
         self.ta = bool(attrs.get("transpose_a", False))
         self.tb = bool(attrs.get("transpose_b", False))
-        # whether the term sums over its operands' rows (then terms may be held)
-        self.rows = kind == "colsum" or (self.ta and not self.tb)
+        # whether the term sums over its operands' rows (then terms may be held; a
+        # batched GEMM's terms are added one by one)
+        self.rows = kind == "colsum" or (kind == "matmul" and self.ta and not self.tb)
         self.chunk = max(1, min(CHUNK, STACK_ROWS_MAX))
         self.share, self.max_rows = HOLD_SHARE, HOLD_ROWS
         self.in_place = 0               # in-place updates made, held terms counted (tests)
@@ -263,6 +267,8 @@ class FusedAccumulate:
         self.gpu.make_current()
         if self.kind == "matmul":
             done = gemm_accumulate(cp, acc, args[0], args[1], self.ta, self.tb)
+        elif self.kind == "batched":
+            done = batched_gemm_accumulate(cp, acc, args[0], args[1], self.ta, self.tb)
         else:
             done = colsum_accumulate(cp, acc, args[0])
         if not done:      # the term's own kernel (it makes room when memory is short)

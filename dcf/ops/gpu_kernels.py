@@ -24,6 +24,7 @@ axes, and the test stand-in for cupy, which has no `memcpy2DAsync`).
 
 from __future__ import annotations
 
+import math
 import threading
 from typing import Any
 
@@ -263,14 +264,20 @@ def _gemm_shape(xp, lib, a, b, transpose_a, transpose_b) -> tuple | None:
     return m, n, k, dev
 
 
-def _gemm(xp, lib, a, b, out, transpose_a, transpose_b, m, n, k, dev, beta) -> None:
-    char = a.dtype.char
-    sc = _scalars(a.dtype)
+def _handle_on_stream(xp, lib, dev: int) -> int:
+    """This thread's handle for `dev`, set to the current stream."""
     h = _handle(xp, lib, dev)
     stream = xp.cuda.get_current_stream().ptr
     if _STREAM_OF.get(h) != stream:
         lib.setStream(h, stream)
         _STREAM_OF[h] = stream
+    return h
+
+
+def _gemm(xp, lib, a, b, out, transpose_a, transpose_b, m, n, k, dev, beta) -> None:
+    char = a.dtype.char
+    sc = _scalars(a.dtype)
+    h = _handle_on_stream(xp, lib, dev)
     (lib.sgemm if char == "f" else lib.dgemm)(
         h, 1 if transpose_b else 0, 1 if transpose_a else 0, n, m, k, sc[2],
         b.data.ptr, b.shape[1], a.data.ptr, a.shape[1], sc[2] if beta else sc[3],
@@ -411,14 +418,85 @@ def gemm(xp, a, b, transpose_a: bool, transpose_b: bool) -> Any:
     return out
 
 
+def _batched_shape(xp, lib, a, b, transpose_a, transpose_b) -> tuple | None:
+    """(batch, m, n, k, device) of op(a) @ op(b) for two C-contiguous stacks of matrices
+    with the same batch axes (rank >= 3, no broadcasting), where one strided-batched
+    GEMM computes it, else None."""
+    nd = xp.ndarray
+    if lib is None or type(a) is not nd or type(b) is not nd or \
+            not hasattr(lib, "sgemmStridedBatched"):
+        return None
+    sa, sb, dt = a.shape, b.shape, a.dtype
+    if len(sa) < 3 or sa[:-2] != sb[:-2] or dt != b.dtype or dt.char not in "fd" or \
+            not a._c_contiguous or not b._c_contiguous:
+        return None
+    m, k = (sa[-1], sa[-2]) if transpose_a else sa[-2:]
+    kb, n = (sb[-1], sb[-2]) if transpose_b else sb[-2:]
+    batch = math.prod(sa[:-2])
+    dev = a.data.device_id
+    if k != kb or not (m and n and k and batch) or dev != b.data.device_id:
+        return None
+    return batch, m, n, k, dev
+
+
+def _batched_gemm(xp, lib, a, b, out, transpose_a, transpose_b, batch, m, n, k, dev,
+                  beta) -> None:
+    """_gemm over `batch` matrices at fixed strides (cublas<t>gemmStridedBatched)."""
+    sc = _scalars(a.dtype)
+    h = _handle_on_stream(xp, lib, dev)
+    sa, sb = a.shape, b.shape
+    (lib.sgemmStridedBatched if a.dtype.char == "f" else lib.dgemmStridedBatched)(
+        h, 1 if transpose_b else 0, 1 if transpose_a else 0, n, m, k, sc[2],
+        b.data.ptr, sb[-1], sb[-1] * sb[-2], a.data.ptr, sa[-1], sa[-1] * sa[-2],
+        sc[2] if beta else sc[3], out.data.ptr, n, m * n, batch)
+
+
+def batched_gemm(xp, a, b, transpose_a: bool, transpose_b: bool) -> Any:
+    """op(a) @ op(b) of two stacks of matrices (see _batched_shape) as one strided-batched
+    GEMM on the current stream into a new array, or None where one does not compute it.
+    The transposes are GEMM flags: no copy of a transposed operand."""
+    lib = _cublas(xp)
+    dims = _batched_shape(xp, lib, a, b, transpose_a, transpose_b)
+    if dims is None:
+        return None
+    out = xp.ndarray(a.shape[:-2] + dims[1:3], a.dtype)
+    _batched_gemm(xp, lib, a, b, out, transpose_a, transpose_b, *dims, beta=0)
+    return out
+
+
+def batched_gemm_accumulate(xp, acc, a, b, transpose_a: bool, transpose_b: bool) -> bool:
+    """acc += op(a) @ op(b) for stacks of matrices as one strided-batched GEMM (beta =
+    1), where acc is a C-contiguous array of the product's shape and the operands' dtype
+    and device that overlaps neither; False (nothing done) otherwise."""
+    lib = _cublas(xp)
+    dims = _batched_shape(xp, lib, a, b, transpose_a, transpose_b)
+    if dims is None or type(acc) is not xp.ndarray or acc.dtype != a.dtype or \
+            acc.shape != a.shape[:-2] + dims[1:3] or not c_contiguous(acc) or \
+            acc.data.device_id != dims[4] or acc.data.ptr in (a.data.ptr, b.data.ptr):
+        return False
+    _batched_gemm(xp, lib, a, b, acc, transpose_a, transpose_b, *dims, beta=1)
+    return True
+
+
 def matmul_gpu(generic: Any) -> Any:
     """MatMul of 2-D C-contiguous float32/float64 device arrays as one GEMM.
 
     A C-contiguous (r, c) matrix is, to column-major cuBLAS, its transpose with leading
     dimension c; C = op(A) @ op(B) is computed as C^T = op(B)^T @ op(A)^T, so the
     operands go in swapped and each transpose flag becomes a GEMM flag."""
+    return _or_generic(gemm, generic)
+
+
+def batch_matmul_gpu(generic: Any) -> Any:
+    """BatchMatMulV2 of C-contiguous float32/float64 stacks with the same batch axes as
+    one strided-batched GEMM; anything else (broadcast batch axes, other layouts) by
+    `generic`."""
+    return _or_generic(batched_gemm, generic)
+
+
+def _or_generic(fast: Any, generic: Any) -> Any:
     def matmul(xp, a, b, *, transpose_a, transpose_b):
-        out = gemm(xp, a, b, transpose_a, transpose_b)
+        out = fast(xp, a, b, transpose_a, transpose_b)
         if out is None:
             return generic(xp, a, b, transpose_a=transpose_a, transpose_b=transpose_b)
         return out

@@ -44,7 +44,7 @@ from dcf.ops.array_ops import (
     zeros_like,
 )
 from dcf.ops.gpu_elementwise import SINGLE as RAW_SINGLE, add_n_gpu, raw_gpu
-from dcf.ops.gpu_kernels import matmul_gpu, sum_gpu
+from dcf.ops.gpu_kernels import batch_matmul_gpu, matmul_gpu, sum_gpu
 from dcf.ops.registry import (
     OpDef,
     RegisterGradient,
@@ -845,7 +845,8 @@ def _bind_matmul(xp, *, transpose_a, transpose_b):
 
 register(OpDef("MatMul", infer=_matmul_infer, kernel=_matmul,
                gpu_kernel=matmul_gpu(_matmul)))
-register(OpDef("BatchMatMulV2", infer=_batch_matmul_infer, kernel=_batch_matmul))
+register(OpDef("BatchMatMulV2", infer=_batch_matmul_infer, kernel=_batch_matmul,
+               gpu_kernel=batch_matmul_gpu(_batch_matmul)))
 
 
 def _matmul_grads(op, g) -> tuple[Tensor, Tensor]:

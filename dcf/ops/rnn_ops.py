@@ -40,19 +40,57 @@ def _gates_infer(z: TensorType, c: TensorType, b: TensorType | None = None, *,
                  forget_bias: float) -> list[TensorType]:
     if z.dtype is not c.dtype or not z.dtype.is_floating:
         raise TypeError(f"LSTM gates need matching float inputs, got {z} and {c}")
-    if z.shape is not None and c.shape is not None and z.shape[1] is not None and \
-            c.shape[1] is not None and z.shape[1] != 4 * c.shape[1]:
-        raise InvalidArgumentError(f"z must have 4*units columns: z is {z}, c is {c}")
+    if z.shape is not None and c.shape is not None and (
+            len(z.shape) != len(c.shape) or len(c.shape) < 2 or
+            any(x is not None and y is not None and x != y
+                for x, y in zip(z.shape[:-1], c.shape[:-1])) or
+            (z.shape[-1] is not None and c.shape[-1] is not None and
+             z.shape[-1] != 4 * c.shape[-1])):
+        raise InvalidArgumentError(f"z must be c's shape with 4*units columns: z is {z}, "
+                                   f"c is {c}")
     if b is not None:
         if b.dtype is not z.dtype:
             raise TypeError(f"LSTM gates: the addend b must have z's dtype, got {b} and {z}")
-        if b.shape is not None and (len(b.shape) not in (1, 2) or (
-                z.shape is not None and any(
-                    x is not None and y is not None and x != y
+        if b.shape is not None and (
+                (len(b.shape) != 1 and z.shape is not None and len(b.shape) != len(z.shape))
+                or (z.shape is not None and any(
+                    x is not None and y is not None and x != y and x != 1
                     for x, y in zip(b.shape[::-1], z.shape[::-1])))):
-            raise InvalidArgumentError(f"the addend b must be [4*units] or shaped like z: "
-                                       f"b is {b}, z is {z}")
+            raise InvalidArgumentError(f"the addend b must be [4*units], or shaped like z "
+                                       f"(or broadcast to it): b is {b}, z is {z}")
     return [c, c, z]
+
+
+def _rows_of(fn: Any) -> Any:
+    """A gates kernel over [rows, ...] matrices made to take z, c of any rank >= 2 (a
+    stack of layers' batches, [layers, batch, 4u]): the leading axes flattened into
+    rows, an addend broadcast to z's shape, and the results shaped back."""
+    def kernel(xp, z, c, b=None, *, forget_bias):
+        if getattr(c, "ndim", 2) <= 2:
+            return fn(xp, z, c, b, forget_bias=forget_bias)
+        if b is not None and getattr(b, "ndim", 1) > 1 and b.shape != z.shape:
+            b = xp.ascontiguousarray(xp.broadcast_to(b, z.shape))
+        if b is not None and getattr(b, "ndim", 1) > 1:
+            b = b.reshape(-1, b.shape[-1])
+        c_new, h_new, acts = fn(xp, z.reshape(-1, z.shape[-1]), c.reshape(-1, c.shape[-1]),
+                                b, forget_bias=forget_bias)
+        return c_new.reshape(c.shape), h_new.reshape(c.shape), acts.reshape(z.shape)
+    kernel.__name__ = fn.__name__
+    return kernel
+
+
+def _grad_rows_of(fn: Any) -> Any:
+    """_rows_of for the gradient kernels: fn(xp, c, acts, c_new, dc, dh) -> (dz, dc_prev)."""
+    def kernel(xp, c, acts, c_new, dc, dh):
+        if getattr(c, "ndim", 2) <= 2:
+            return fn(xp, c, acts, c_new, dc, dh)
+        u = c.shape[-1]
+        dz, dc_prev = fn(xp, *(a.reshape(-1, u) for a in (c,)),
+                         acts.reshape(-1, 4 * u),
+                         *(a.reshape(-1, u) for a in (c_new, dc, dh)))
+        return dz.reshape(acts.shape), dc_prev.reshape(c.shape)
+    kernel.__name__ = fn.__name__
+    return kernel
 
 
 _FULL_ROWS_MAX = 1 << 18
@@ -287,7 +325,7 @@ def _fusable(xp, *arrays) -> bool:
     if not hasattr(xp, "ElementwiseKernel"):
         return False
     for a in arrays:
-        if type(a) is not nd or a.ndim != 2 or a.dtype.kind != "f" or a.dtype.itemsize < 4:
+        if type(a) is not nd or a.ndim < 2 or a.dtype.kind != "f" or a.dtype.itemsize < 4:
             return False
     return True
 
@@ -306,14 +344,16 @@ def _addend_form(z: Any, b: Any, u: int) -> str | None:
 
 
 def _gates_gpu(xp, z, c, b=None, *, forget_bias):
+    """The gates as one kernel over c's elements (any rank >= 2: the kernels index rows
+    of 4u and u elements, so a stack of layers' batches needs no reshape)."""
     if not _fusable(xp, z, c) or z.dtype != c.dtype:
-        return _gates(xp, z, c, b, forget_bias=forget_bias)
-    u = c.shape[1]
-    if z.shape[1] != 4 * u or z.shape[0] != c.shape[0]:
-        return _gates(xp, z, c, b, forget_bias=forget_bias)
+        return _gates_rows(xp, z, c, b, forget_bias=forget_bias)
+    u = c.shape[-1]
+    if z.shape[-1] != 4 * u or z.shape[:-1] != c.shape[:-1]:
+        return _gates_rows(xp, z, c, b, forget_bias=forget_bias)
     form = _addend_form(z, b, u)   # the addend inside the kernel: one launch, no z + b
     if form is None:
-        return _gates(xp, z, c, b, forget_bias=forget_bias)
+        return _gates_rows(xp, z, c, b, forget_bias=forget_bias)
     which = "fwd" + form
     extra = () if b is None else (b if c_contiguous(b) else xp.ascontiguousarray(b),)
     if not c_contiguous(z):
@@ -400,14 +440,16 @@ def gates_into(xp: Any, z: Any, c: Any, b: Any, forget_bias: float,
 
 
 def _gates_grad_gpu(xp, c, acts, c_new, dc, dh):
-    if not _fusable(xp, c, acts, c_new) or getattr(dc, "ndim", 0) != 2 or \
-            getattr(dh, "ndim", 0) != 2:
-        return _gates_grad(xp, c, acts, c_new, dc, dh)
+    if not _fusable(xp, c, acts, c_new) or getattr(dc, "ndim", 0) != c.ndim or \
+            getattr(dh, "ndim", 0) != c.ndim:
+        return _gates_grad_rows(xp, c, acts, c_new, dc, dh)
     if not c_contiguous(acts):
         acts = xp.ascontiguousarray(acts)
     got = gates_grad_sum(xp, c, acts, c_new, dc, (dh,))   # one raw kernel, dh read in place
     if got is not None:
         return got
+    if c.ndim != 2:
+        return _gates_grad_rows(xp, c, acts, c_new, dc, dh)
     dz = xp.empty(acts.shape, acts.dtype)
     dc_prev = xp.empty(c.shape, c.dtype)
     _cuda_kernel(xp, "bwd")(c, acts, c_new, dc, dh, c.shape[1], dz, dc_prev)
@@ -421,11 +463,12 @@ def gates_grad_sum(xp: Any, c: Any, acts: Any, c_new: Any, dc: Any, dhs: tuple) 
     contiguous, no RawKernel). The sum is the one AddN makes (one rounding), so the
     results are those of the AddN then LSTMGatesGrad."""
     nd = getattr(xp, "ndarray", None)
-    if not RawLoop.available(xp) or type(c) is not nd or c.ndim != 2 or \
+    if not RawLoop.available(xp) or type(c) is not nd or c.ndim < 2 or \
             c.dtype.kind != "f" or c.dtype.itemsize < 4 or not 1 <= len(dhs) <= 2:
         return None
     shape, dt = c.shape, c.dtype
-    if type(acts) is not nd or acts.dtype != dt or acts.shape != (shape[0], 4 * shape[1]) or \
+    u = shape[-1]
+    if type(acts) is not nd or acts.dtype != dt or acts.shape != shape[:-1] + (4 * u,) or \
             not c_contiguous(acts):
         return None
     for a in (c, c_new, dc):
@@ -433,19 +476,24 @@ def gates_grad_sum(xp: Any, c: Any, acts: Any, c_new: Any, dc: Any, dhs: tuple) 
             return None
     args: tuple = ()
     for a in dhs:
-        ld = row_stride(a) if type(a) is nd and a.shape == shape and a.dtype == dt else None
+        ld = None
+        if type(a) is nd and a.shape == shape and a.dtype == dt:
+            # a stack of layers' rows ([layers, batch, u]) only as a C-contiguous array
+            ld = row_stride(a) if len(shape) == 2 else (u if c_contiguous(a) else None)
         if ld is None:
             return None
         args += (a, np.int64(ld))
     dz = xp.ndarray(acts.shape, dt)
     dc_prev = xp.ndarray(shape, dt)
     _raw_kernel(f"bwd_s{len(dhs)}")(xp, dt, c.size, (c, acts, c_new, dc) + args +
-                                     (np.int64(shape[1]), dz, dc_prev))
+                                     (np.int64(u), dz, dc_prev))
     return dz, dc_prev
 
 
-register(OpDef("LSTMGates", infer=_gates_infer, kernel=_gates, gpu_kernel=_gates_gpu))
-register(OpDef("LSTMGatesGrad", infer=_gates_grad_infer, kernel=_gates_grad,
+_gates_rows = _rows_of(_gates)
+_gates_grad_rows = _grad_rows_of(_gates_grad)
+register(OpDef("LSTMGates", infer=_gates_infer, kernel=_gates_rows, gpu_kernel=_gates_gpu))
+register(OpDef("LSTMGatesGrad", infer=_gates_grad_infer, kernel=_gates_grad_rows,
                gpu_kernel=_gates_grad_gpu))
 
 
@@ -472,8 +520,8 @@ def _activation_slopes(acts: Tensor) -> Tensor:
     the tanh block (j)."""
     from dcf.ops.array_ops import concat, split
 
-    i, j, f, o = split(acts, 4, axis=1)
-    return concat([i * (1 - i), 1 - j * j, f * (1 - f), o * (1 - o)], axis=1)
+    i, j, f, o = split(acts, 4, axis=-1)
+    return concat([i * (1 - i), 1 - j * j, f * (1 - f), o * (1 - o)], axis=-1)
 
 
 @RegisterGradient("LSTMGatesGrad")
@@ -487,8 +535,8 @@ def _lstm_gates_grad_grad(op: Any, g_dz: Any, g_dc_prev: Any) -> list:
     c, acts, c_new, dc, dh = op.inputs
     g_dz = g_dz if g_dz is not None else zeros_like(acts)
     g_dcp = g_dc_prev if g_dc_prev is not None else zeros_like(c)
-    i, j, f, o = split(acts, 4, axis=1)
-    gi, gj, gf, go = split(g_dz, 4, axis=1)
+    i, j, f, o = split(acts, 4, axis=-1)
+    gi, gj, gf, go = split(g_dz, 4, axis=-1)
     tc = tanh(c_new)
     s = 1 - tc * tc
     dct = dc + dh * o * s
@@ -497,7 +545,7 @@ def _lstm_gates_grad_grad(op: Any, g_dz: Any, g_dc_prev: Any) -> list:
     g_acts = concat([dct * (gi * j * (1 - 2 * i) + gj * dj),
                      dct * (gi * di - 2 * gj * i * j),
                      dct * (gf * c * (1 - 2 * f) + g_dcp),
-                     dh * (g_dct * s + go * tc * (1 - 2 * o))], axis=1)
+                     dh * (g_dct * s + go * tc * (1 - 2 * o))], axis=-1)
     g_tc = dh * (go * do - 2 * g_dct * o * tc)
     return [gf * dct * df, g_acts, g_tc * s, g_dct, g_dct * o * s + go * tc * do]
 
@@ -758,3 +806,132 @@ def project_unstack(ta: Any, x: Any, w: Any, name: str | None = None, *,
     flow = apply("TensorArrayProjectUnstack", [ta.handle, x, w, ta.flow] + extra,
                  name=name or "TensorArrayProjectUnstack")
     return ta._with_flow(flow)
+
+
+# --------------------------------------------------------- a wavefront's layer inputs
+# A stack of n LSTM layers stepped at once (a wavefront: layer l at time i - l) reads
+# [input_l, h_l] per layer, where layer 0's input is `below` (the layer beneath the stack,
+# or the sequence) and layer l's is h_{l-1} of the step before: one op (one kernel on a
+# GPU) instead of an expand, a slice and two concatenations, and one for its gradient
+# instead of two splits, a slice's gradient and a sum.
+_WF_FWD = """
+    const long long w = 2 * u, r = i / w, k = i - r * w, l = r / B, b = r - l * B;
+    xh[i] = k < u ? (l == 0 ? below[b * u + k] : h[((l - 1) * B + b) * u + k])
+                  : h[(l * B + b) * u + (k - u)];
+"""
+_WF_BWD = """
+    const long long r = i / u, k = i - r * u, l = r / B, b = r - l * B, w = 2 * u;
+    T d = dxh[r * w + u + k];
+    if (l + 1 < layers) d += dxh[(r + B) * w + k];
+    dh[i] = d;
+    if (l == 0) dbelow[b * u + k] = dxh[r * w + k];
+"""
+_WF_RAW: dict = {}
+
+
+def _wf_raw(which: str) -> RawLoop:
+    k = _WF_RAW.get(which)
+    if k is None:
+        if which == "fwd":
+            k = RawLoop("dcf_wavefront_inputs",
+                        "const T* __restrict__ below, const T* __restrict__ h, "
+                        "const long long B, const long long u, T* __restrict__ xh", _WF_FWD)
+        else:
+            k = RawLoop("dcf_wavefront_inputs_grad",
+                        "const T* __restrict__ dxh, const long long layers, const long long B, "
+                        "const long long u, T* __restrict__ dh, T* __restrict__ dbelow",
+                        _WF_BWD)
+        _WF_RAW[which] = k
+    return k
+
+
+def _wf_infer(below: TensorType, h: TensorType) -> TensorType:
+    if below.dtype is not h.dtype:
+        raise TypeError(f"WavefrontInputs: below and h must have one dtype, got {below} "
+                        f"and {h}")
+    if below.shape is not None and len(below.shape) != 2 or \
+            h.shape is not None and len(h.shape) != 3:
+        raise InvalidArgumentError(f"WavefrontInputs takes below [batch, u] and h "
+                                   f"[layers, batch, u], got {below} and {h}")
+    if below.shape is not None and h.shape is not None and any(
+            x is not None and y is not None and x != y
+            for x, y in zip(below.shape, h.shape[1:])):
+        raise InvalidArgumentError(f"WavefrontInputs: below must be one layer's h, "
+                                   f"[batch, u], got {below} for h {h}")
+    if h.shape is None:
+        return TensorType(h.dtype, None)
+    u = h.shape[2]
+    return TensorType(h.dtype, (h.shape[0], h.shape[1], None if u is None else 2 * u))
+
+
+def _wf(xp, below, h):
+    n, B, u = h.shape
+    if below.shape != (B, u):
+        raise InvalidArgumentError(f"WavefrontInputs: below must be [batch, u] = "
+                                   f"{[B, u]}, got {list(below.shape)}")
+    nd = getattr(xp, "ndarray", None)
+    if xp is not np and RawLoop.available(xp) and type(h) is nd and type(below) is nd and \
+            h.dtype.kind == "f" and below.dtype == h.dtype and h.size:
+        h = h if c_contiguous(h) else xp.ascontiguousarray(h)
+        below = below if c_contiguous(below) else xp.ascontiguousarray(below)
+        xh = nd((n, B, 2 * u), h.dtype)
+        _wf_raw("fwd")(xp, h.dtype, xh.size, (below, h, np.int64(B), np.int64(u), xh))
+        return xh
+    xh = xp.empty((n, B, 2 * u), h.dtype)
+    if n:
+        xh[0, :, :u] = below
+        xh[1:, :, :u] = h[:-1]
+        xh[:, :, u:] = h
+    return xh
+
+
+def _wf_grad_infer(dxh: TensorType, h: TensorType) -> list[TensorType]:
+    return [h, TensorType(h.dtype, None if h.shape is None else h.shape[1:])]
+
+
+def _wf_grad(xp, dxh, h):
+    n, B, u = h.shape
+    nd = getattr(xp, "ndarray", None)
+    if xp is not np and RawLoop.available(xp) and type(dxh) is nd and \
+            dxh.dtype.kind == "f" and dxh.size:
+        dxh = dxh if c_contiguous(dxh) else xp.ascontiguousarray(dxh)
+        dh = nd((n, B, u), dxh.dtype)
+        dbelow = nd((B, u), dxh.dtype)
+        _wf_raw("bwd")(xp, dxh.dtype, dh.size, (dxh, np.int64(n), np.int64(B), np.int64(u),
+                                                dh, dbelow))
+        return dh, dbelow
+    dh = dxh[:, :, u:].copy()
+    if n > 1:
+        dh[:-1] += dxh[1:, :, :u]
+    dbelow = dxh[0, :, :u].copy() if n else xp.zeros((B, u), dxh.dtype)
+    return dh, dbelow
+
+
+register(OpDef("WavefrontInputs", infer=_wf_infer, kernel=_wf))
+register(OpDef("WavefrontInputsGrad", infer=_wf_grad_infer, kernel=_wf_grad))
+
+
+@RegisterGradient("WavefrontInputs")
+def _wavefront_inputs_grad(op: Any, dxh: Any) -> list:
+    dh, dbelow = apply("WavefrontInputsGrad", [dxh, op.inputs[1]], name="WavefrontInputsGrad")
+    return [dbelow, dh]
+
+
+@RegisterGradient("WavefrontInputsGrad")
+def _wavefront_inputs_grad_grad(op: Any, g_dh: Any, g_dbelow: Any) -> list:
+    """WavefrontInputsGrad is linear in dxh, and its adjoint is WavefrontInputs itself:
+    <dh, g_dh> + <dbelow, g_dbelow> = <dxh, WavefrontInputs(g_dbelow, g_dh)>."""
+    from dcf.ops.array_ops import zeros_like
+
+    h = op.inputs[1]
+    g_dh = g_dh if g_dh is not None else zeros_like(h)
+    if g_dbelow is None:
+        g_dbelow = zeros_like(op.outputs[1])
+    return [wavefront_inputs(g_dbelow, g_dh), None]
+
+
+def wavefront_inputs(below: Any, h: Any, name: str | None = None) -> Tensor:
+    """The inputs [x_l, h_l] ([layers, batch, 2u]) of a stack of LSTM layers stepped at
+    once: x_0 = below ([batch, u]), x_l = h_{l-1} for l >= 1, beside h ([layers, batch,
+    u]) along the last axis. concat([concat([below[None], h[:-1]], 0), h], 2) in one op."""
+    return apply("WavefrontInputs", [below, h], name=name or "WavefrontInputs")
