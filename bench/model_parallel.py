@@ -205,8 +205,9 @@ class WavefrontLSTM(MultiLayerLSTM):
                 with dcf.device(ldev[ks[0]]):
                     state0 += [dcf.stack([cs[k] for k in ks]), dcf.stack([hs[k] for k in ks])]
                     # the bias over the batch, once a run: the gates kernel adds it as it
-                    # reads z, and its gradient in the loop is dz itself (no sum there)
-                    b_full.append(dcf.broadcast_to(biases[gi], [len(ks), B, 4 * U]))
+                    # reads z, and its gradient in the loop is dz itself (no sum there). A
+                    # tile, not broadcast_to, whose view the kernel would copy every step
+                    b_full.append(dcf.tile(biases[gi], [1, B, 1]))
 
             def body(i, *flat):
                 with dcf.device(ldev[0]):
