@@ -30,6 +30,7 @@ median over them of each process's own speedup beside this process's.
 
 from __future__ import annotations
 
+import itertools
 import time
 from typing import Any
 
@@ -150,12 +151,8 @@ class WavefrontLSTM(MultiLayerLSTM):
         L = layers
         ldev = [devs[k * len(devs) // L] for k in range(L)]
         self.layer_devices = ldev
-        groups: list[list[int]] = []          # contiguous layers on one device
-        for k in range(L):
-            if groups and ldev[groups[-1][0]] == ldev[k]:
-                groups[-1].append(k)
-            else:
-                groups.append([k])
+        # contiguous layers on one device
+        groups = [list(ks) for _, ks in itertools.groupby(range(L), key=ldev.__getitem__)]
         self.g = dcf.Graph()
         with self.g.as_default():
             steps, in_ta = self._inputs(ldev[0], dtype, B, D)
@@ -182,8 +179,8 @@ class WavefrontLSTM(MultiLayerLSTM):
                     z = dcf.matmul(dcf.concat([inp, h], 1), w_of[k])
                     return lstm_gates(z, c, 1.0, b=b_of[k])
 
-            def peeled(i, active, cs, hs, x_t):
-                """Iteration i for the layers in `active` (per-layer lists of states)."""
+            def peeled(active, cs, hs, x_t):
+                """One iteration of the layers in `active` (per-layer lists of states)."""
                 new_c, new_h = list(cs), list(hs)
                 for k in active:
                     inp = x_t if k == 0 else hs[k - 1]
@@ -198,7 +195,7 @@ class WavefrontLSTM(MultiLayerLSTM):
             for i in range(L - 1):                         # prologue: layers 0..i
                 with dcf.device(ldev[0]):
                     x_t = in_ta.read(i)
-                cs, hs = peeled(i, range(i + 1), cs, hs, x_t)
+                cs, hs = peeled(range(i + 1), cs, hs, x_t)
 
             state0, b_full = [], []
             for gi, ks in enumerate(groups):
@@ -235,7 +232,7 @@ class WavefrontLSTM(MultiLayerLSTM):
                 for j, k in enumerate(ks):
                     cs[k], hs[k] = cs_g[j], hs_g[j]
             for e in range(L - 1):                          # epilogue: layers e+1..L-1
-                cs, hs = peeled(None, range(e + 1, L), cs, hs, None)
+                cs, hs = peeled(range(e + 1, L), cs, hs, None)
             with dcf.device(ldev[-1]):
                 self.loss = dcf.reduce_sum(hs[-1])
             self._training(ldev[0], [(ldev[ks[0]], [kernels[gi], biases[gi]])

@@ -85,8 +85,7 @@ def _grad_rows_of(fn: Any) -> Any:
         if getattr(c, "ndim", 2) <= 2:
             return fn(xp, c, acts, c_new, dc, dh)
         u = c.shape[-1]
-        dz, dc_prev = fn(xp, *(a.reshape(-1, u) for a in (c,)),
-                         acts.reshape(-1, 4 * u),
+        dz, dc_prev = fn(xp, c.reshape(-1, u), acts.reshape(-1, 4 * u),
                          *(a.reshape(-1, u) for a in (c_new, dc, dh)))
         return dz.reshape(acts.shape), dc_prev.reshape(c.shape)
     kernel.__name__ = fn.__name__
@@ -870,7 +869,7 @@ def _wf(xp, below, h):
         raise InvalidArgumentError(f"WavefrontInputs: below must be [batch, u] = "
                                    f"{[B, u]}, got {list(below.shape)}")
     nd = getattr(xp, "ndarray", None)
-    if xp is not np and RawLoop.available(xp) and type(h) is nd and type(below) is nd and \
+    if RawLoop.available(xp) and type(h) is nd and type(below) is nd and \
             h.dtype.kind == "f" and below.dtype == h.dtype and h.size:
         h = h if c_contiguous(h) else xp.ascontiguousarray(h)
         below = below if c_contiguous(below) else xp.ascontiguousarray(below)
@@ -892,7 +891,7 @@ def _wf_grad_infer(dxh: TensorType, h: TensorType) -> list[TensorType]:
 def _wf_grad(xp, dxh, h):
     n, B, u = h.shape
     nd = getattr(xp, "ndarray", None)
-    if xp is not np and RawLoop.available(xp) and type(dxh) is nd and \
+    if RawLoop.available(xp) and type(dxh) is nd and \
             dxh.dtype.kind == "f" and dxh.size:
         dxh = dxh if c_contiguous(dxh) else xp.ascontiguousarray(dxh)
         dh = nd((n, B, u), dxh.dtype)
