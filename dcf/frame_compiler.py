@@ -170,7 +170,7 @@ class _Codegen:
         # node id -> (leaves, make(gpu, node) -> the callable): nodes that run as one call
         # with the ops they absorb (dcf/fusion/: accumulations in place, the gates'
         # gradient with its dh sum, the gates over their product, the read part of a
-        # split product)
+        # split product, a slice's gradient added into the other addend)
         self.fused_call: dict[int, tuple[list, Any]] = {}
         self.accumulations: set[int] = set()    # ids of the held gradient accumulations
         self.held: dict[str, list] = {}     # loop counter -> its accumulations' nodes
@@ -215,6 +215,12 @@ class _Codegen:
                 f.nodes, gpu_of, self.inputs, self.taken()).items():
             self.fuse_call(sp, mm, leaves, lambda gpu, n, mm=mm, used=used, r0=r0, r1=r1:
                            FusedSplitMatMul(gpu, n, mm, used, r0, r1))
+        from dcf.fusion.slice_add import FusedSliceAdd, slice_add_groups
+
+        for sa, (sg, leaves, j, fresh) in slice_add_groups(f.nodes, gpu_of, self.inputs,
+                                                           self.taken()).items():
+            self.fuse_call(sa, sg, leaves, lambda gpu, n, sg=sg, j=j, fresh=fresh:
+                           FusedSliceAdd(gpu, n, sg, j, fresh))
         if f.parent is not None:
             from dcf.fusion.accumulate import FusedAccumulate, accumulate_groups
 

@@ -2,7 +2,9 @@
 read a profile's `<dcf root #N>:LINE` entries against): every compiled frame and root
 of the workload's first step, with line numbers.
 
-    python -m bench.probes.frame_source KIND        # KIND as in spy_workload (dyn_64, ...)
+    python -m bench.probes.frame_source KIND [--ops]   # KIND as in spy_workload (dyn_64, ...)
+
+--ops ends each line that runs a node with a comment naming it (type, name, device).
 """
 import builtins
 import sys
@@ -18,8 +20,19 @@ def _capture(src, fname, mode):
     return builtins.compile(src, fname, mode)
 
 
+def _emit_naming_nodes(emit):
+    def emit_named(self, depth, text, node=None, frame_var=None):
+        if node is not None:
+            dev = getattr(self.cf.plan, "gpu_of", {}).get(node.id)
+            text += f"    # {node.type} {node.name}" + (f" on {dev.name}" if dev is not None else "")
+        emit(self, depth, text, node, frame_var)
+    return emit_named
+
+
 def main() -> None:
     fc.compile = _capture           # the compiler's `compile` is looked up in its module
+    if "--ops" in sys.argv:
+        fc._Codegen.emit = _emit_naming_nodes(fc._Codegen.emit)
     m, xv = build(sys.argv[1])
     m.step(xv)
     m.close()

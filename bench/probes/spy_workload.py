@@ -4,7 +4,8 @@ inflates every Python call):
     py-spy record -r 1000 -f raw -o OUT.txt -- python -m bench.probes.spy_workload KIND SECONDS
     python -m bench.probes.spy_summary OUT.txt
 
-KIND: mp1_B / mp2_B (model_parallel's 8-layer LSTM on 1 or 2 GPUs at batch B), dyn_B /
+KIND: mp1_B / mp2_B (model_parallel's 8-layer LSTM on 1 or 2 GPUs at batch B; wf1_B / wf2_B
+its wavefront schedule, wf1x2_B that schedule's two groups of layers on GPU 0), dyn_B /
 sta_B (static_vs_dynamic's dynamic or unrolled LSTM at batch B; mp's
 parallel_iterations DCF_PROBE_PI, default 32), chainG_PI (parallel_iterations'
 chain, 8 layers of 1024 over G GPUs -- DCF_PROBE_LAYERS layers, if set --, 200 iterations a run,
@@ -34,11 +35,13 @@ def build(kind):
             def close(self):
                 sess.close()
         return Chain(), None
-    if name.startswith("mp"):
-        from bench.model_parallel import MultiLayerLSTM
+    if name.startswith(("mp", "wf")):
+        from bench.model_parallel import MultiLayerLSTM, WavefrontLSTM
         u = int(os.environ.get("DCF_PROBE_UNITS", 1024))    # small: stand-in GPUs on a CPU
         pi = int(os.environ.get("DCF_PROBE_PI", 32))      # parallel_iterations
-        m = MultiLayerLSTM(["/gpu:0", "/gpu:1"][:int(name[2:])], 8, b, u, u, pi)
+        devs = (["/gpu:0", "/device:GPU:0"] if name[2:] == "1x2" else
+                ["/gpu:0", "/gpu:1"][:int(name[2:])])
+        m = (MultiLayerLSTM if name.startswith("mp") else WavefrontLSTM)(devs, 8, b, u, u, pi)
         G.gpu_device(0).activate()
         xv = gpu_devices.backend().asarray(
             (np.random.default_rng(0).standard_normal((100, b, u)) * 0.1).astype(np.float32))

@@ -9,6 +9,7 @@ code calls; anything the fast path does not take runs the ops one by one.
 - `gates_grad`: the AddN making an LSTM layer's output gradient, inside LSTMGatesGrad;
 - `matmul_gates`: an LSTM step's gates writing their activations over the product z;
 - `split_matmul`: the one read part of a split of `g @ W^T`, as a GEMM on W's rows;
+- `slice_add`: a slice's gradient added into the other addend's slice, not padded;
 
 and `patterns`, what their pattern finders share.
 """

@@ -13,6 +13,7 @@ import dcf
 from dcf import gpu_devices
 from dcf.actors.gpu import GpuDevice
 from dcf.ops.gpu_kernels import batched_gemm, batched_gemm_accumulate
+from tests.wavefront_gradients import wavefront_and_layers
 
 
 @pytest.fixture
@@ -144,22 +145,11 @@ def test_stacked_gates_on_a_gpu_equal_the_cpu(bias):
 
 
 def test_the_wavefront_lstm_on_gpus_equals_the_layer_by_layer_one(gpu_count):
-    from bench.model_parallel import MultiLayerLSTM, WavefrontLSTM
-
     devs = [f"/gpu:{k}" for k in range(min(2, gpu_count))]
     x = np.random.default_rng(6).standard_normal((7, 4, 16))
-    a = MultiLayerLSTM(devs, 4, 4, 16, 16, 4, dtype=dcf.float64)
-    b = WavefrontLSTM(devs, 4, 4, 16, 16, 4, dtype=dcf.float64)
-    try:
-        la, ga = a.sess.run([a.loss, [g for g, _ in a.grads]], {a.x: x})
-        lb, gb = b.sess.run([b.loss, [g for g, _ in b.grads]], {b.x: x})
-    finally:
-        a.close()
-        b.close()
-    names = [v.name for _, v in b.grads]
-    got_k = np.concatenate([g for g, n in zip(gb, names) if "kernel" in n])
+    la, lb, want_k, got_k = wavefront_and_layers(devs, devs, x, 4)
     assert abs(la - lb) <= 1e-12 * abs(la)
-    np.testing.assert_allclose(got_k, np.stack(ga[0::2]), rtol=1e-9, atol=1e-13)
+    np.testing.assert_allclose(got_k, want_k, rtol=1e-9, atol=1e-13)
 
 
 @pytest.mark.parametrize("dt", [np.float32, np.float64])
