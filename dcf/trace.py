@@ -71,11 +71,14 @@ def plot(run_metadata: Any, path: str, *, title: str | None = None) -> str:
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     colors = colormaps["tab20"]
-    types = sorted({e[2] for e in events})
-    for e in events:
+    types = {t: k for k, t in enumerate(sorted({e[2] for e in events}))}
+    bars: dict[tuple, list] = {}      # (one collection per track and op type, not per
+    for e in events:                  # event: thousands of artists take minutes to draw)
         r = row[(e[0], e[7] if len(e) > 7 else "compute")]
-        ax.broken_barh([((e[5] - t_origin) * 1e3, max((e[6] - e[5]) * 1e3, 1e-4))], (r - 0.4, 0.8),
-                       color=colors(types.index(e[2]) % 20))
+        bars.setdefault((r, e[2]), []).append(
+            ((e[5] - t_origin) * 1e3, max((e[6] - e[5]) * 1e3, 1e-4)))
+    for (r, type_), spans in bars.items():
+        ax.broken_barh(spans, (r - 0.4, 0.8), color=colors(types[type_] % 20))
     ax.set_yticks(range(len(tracks)))
     ax.set_yticklabels([f"{d} {t}" for d, t in tracks])
     ax.set_xlabel("time (ms)")
