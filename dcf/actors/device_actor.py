@@ -45,10 +45,12 @@ class DeviceActor:
         self._remote_plans: dict[int, tuple[ExecPlan, bool]] = {}
 
     async def run_step(self, plan: ExecPlan, feeds: list, step: Any, rendezvous: Any, *,
-                       trace: bool = False, compiled: bool = True) -> Executor:
-        """Run one step of `plan`; return the finished executor (results, trace)."""
+                       trace: bool = False, compiled: bool = True,
+                       scope: Any = None) -> Executor:
+        """Run one step of `plan`; return the finished executor (results, trace).
+        `scope`: entered around each pump of the step (a GPU's TraceScope), else None."""
         ex = Executor(plan, trace=trace, step_id=step, compiled=compiled)
-        run = _StepRun(ex, step, rendezvous, self._talks_remote(plan))
+        run = _StepRun(ex, step, rendezvous, self._talks_remote(plan), scope)
         return await run.run(feeds)
 
     def _talks_remote(self, plan: ExecPlan) -> bool:
@@ -63,8 +65,10 @@ class DeviceActor:
 class _StepRun:
     """One step of one partition: the executor, its wake-ups and its outgoing messages."""
 
-    def __init__(self, ex: Executor, step: Any, rendezvous: Any, remote: bool) -> None:
+    def __init__(self, ex: Executor, step: Any, rendezvous: Any, remote: bool,
+                 scope: Any = None) -> None:
         self.ex = ex
+        self.scope = scope
         self.step = step
         self.rendezvous = rendezvous
         self.remote = remote
@@ -120,7 +124,19 @@ class _StepRun:
             f.set_result(None)
 
     def pump(self, budget_s: float) -> None:
-        """Fire ready nodes and dispatch their messages for up to `budget_s`."""
+        """Fire ready nodes and dispatch their messages for up to `budget_s`, inside
+        the step's scope where it has one."""
+        scope = self.scope
+        if scope is None:
+            self._pump(budget_s)
+            return
+        outer = scope.enter()
+        try:
+            self._pump(budget_s)
+        finally:
+            scope.leave(outer)
+
+    def _pump(self, budget_s: float) -> None:
         ex = self.ex
         self.pumping = True
         try:

@@ -113,9 +113,9 @@ class GpuDevice:
         self.oom_error = cp.cuda.memory.OutOfMemoryError
         self.limit: int | None = None
         self.swap_threshold = 0.7
+        # recording into the entered TraceScope's events (none entered: not recording)
         self.tracing = False
-        self.trace_events: list = []
-        self._trace_ref: tuple | None = None
+        self.trace_events: list = _NO_EVENTS
         # loop -> [(event, callback)] to run on that loop once the event is done, and
         # loop -> the task polling them: a device outlives event loops (each Session
         # drives its own), and a callback belongs to the loop that registered it
@@ -736,33 +736,79 @@ class GpuDevice:
             yield t
 
     # --------------------------------------------------------------- trace
-    def begin_trace(self) -> None:
-        self.tracing = True
-        self.trace_events = []
-        self.make_current()
-        ref = self.cp.cuda.Event()
-        ref.record(self.compute)
-        ref.synchronize()
-        self._trace_ref = (ref, time.perf_counter())
+    def trace_scope(self, traced: bool) -> TraceScope:
+        """Where the device events of one step go (see TraceScope)."""
+        return TraceScope(self, traced)
 
-    def end_trace(self) -> list:
+    def begin_trace(self) -> TraceScope:
+        """A traced scope, entered until end_trace(scope): what this device records
+        meanwhile, whatever step it is for (tests, probes)."""
+        scope = TraceScope(self, True)
+        scope.outer = scope.enter()
+        return scope
+
+    def end_trace(self, scope: TraceScope) -> list:
+        scope.leave(scope.outer)
+        return scope.timed_events()
+
+
+_NO_EVENTS: list = []          # the events list of an untraced scope (never appended to)
+
+
+class TraceScope:
+    """The device events of one step on one GPU. The device records its kernels' and
+    copies' events (GpuDevice.tracing, trace_events) into the scope that is entered:
+    the step's actor enters its scope while the step's own code runs on the device (its
+    pumps, its feeds and fetches, the transfers of its rendezvous) and leaves it before
+    it awaits, so concurrent runs of one session keep their own events, and a run that
+    is not traced (a scope without events) records none while a traced one is in flight."""
+
+    __slots__ = ("gpu", "events", "ref", "outer")
+
+    def __init__(self, gpu: GpuDevice, traced: bool) -> None:
+        self.gpu = gpu
+        self.events: list | None = [] if traced else None
+        self.ref: tuple | None = None
+        self.outer: tuple | None = None
+        if traced:
+            gpu.make_current()
+            ref = gpu.cp.cuda.Event()
+            ref.record(gpu.compute)
+            ref.synchronize()
+            self.ref = (ref, time.perf_counter())
+
+    def enter(self) -> tuple:
+        """Record into this scope from now; returns what leave() restores."""
+        g = self.gpu
+        outer = (g.tracing, g.trace_events)
+        ev = self.events
+        if ev is None:
+            g.tracing, g.trace_events = False, _NO_EVENTS
+        else:
+            g.tracing, g.trace_events = True, ev
+        return outer
+
+    def leave(self, outer: tuple) -> None:
+        self.gpu.tracing, self.gpu.trace_events = outer
+
+    def timed_events(self) -> list:
         """Device-timed events (name, type, frame, iteration, t0, t1, track, t_host)
         of this step: kernels on the compute stream (t_host: when the host enqueued
         them), copies on the h2d and d2h streams."""
-        self.tracing = False
-        if self._trace_ref is None:
+        if self.ref is None:
             return []
-        ref, t_ref = self._trace_ref
-        self._trace_ref = None
-        with self._device:
-            self.cp.cuda.runtime.deviceSynchronize()
-        el = self.cp.cuda.get_elapsed_time
+        gpu = self.gpu
+        ref, t_ref = self.ref
+        self.ref = None
+        with gpu._device:
+            gpu.cp.cuda.runtime.deviceSynchronize()
+        el = gpu.cp.cuda.get_elapsed_time
         out = []
-        for ev in self.trace_events:
+        for ev in self.events or ():
             name, typ, e0, e1, track, frame, it = ev[:7]
             out.append((name, typ, frame, it, t_ref + el(ref, e0) / 1e3,
                         t_ref + el(ref, e1) / 1e3, track, ev[7] if len(ev) > 7 else None))
-        self.trace_events = []
+        self.events = []
         return out
 
 

@@ -230,10 +230,11 @@ class _GpuRendezvous:
     """The rendezvous as a GPU actor sees it: values are exported on Send and
     imported on Recv (see the transfers in dcf/actors/gpu.py's docstring)."""
 
-    def __init__(self, inner: Any, gpu: GpuDevice, dst_of: dict) -> None:
+    def __init__(self, inner: Any, gpu: GpuDevice, dst_of: dict, scope: Any) -> None:
         self._inner = inner
         self._gpu = gpu
         self._dst_of = dst_of
+        self._scope = scope             # the step's TraceScope on this GPU
         self.pending = 0
         self._idle: asyncio.Future | None = None
 
@@ -242,6 +243,13 @@ class _GpuRendezvous:
         if value is DEAD or type(value) is not gpu.ndarray:
             self._inner.send(key, value)
             return
+        outer = self._scope.enter()     # (a held value may leave from a timer's callback)
+        try:
+            self._send(gpu, key, value)
+        finally:
+            self._scope.leave(outer)
+
+    def _send(self, gpu: GpuDevice, key: tuple, value: Any) -> None:
         peer = self._dst_of.get(key[1])
         if peer is not None:
             gpu.make_current()
@@ -262,8 +270,15 @@ class _GpuRendezvous:
     def recv(self, key: tuple, callback: Callable[[Any], None]) -> None:
         gpu = self._gpu
 
-        def cb(value: Any) -> None:
-            callback(gpu.import_value(value, f"recv {key[1]}", _where(key)))
+        scope = self._scope
+
+        def cb(value: Any) -> None:     # (in the sender's code: another step's, maybe)
+            outer = scope.enter()
+            try:
+                value = gpu.import_value(value, f"recv {key[1]}", _where(key))
+            finally:
+                scope.leave(outer)
+            callback(value)
         self._inner.recv(key, cb)
 
     async def drain(self) -> None:
@@ -329,22 +344,30 @@ class GpuActor(DeviceActor):
                         **kw: Any) -> Any:
         gpu = self.gpu
         trace = kw.get("trace", False)
-        if trace:
-            gpu.begin_trace()
-        feeds = [gpu.import_value(v, _feed_label(plan, k)) for k, v in enumerate(feeds)]
-        view = _GpuRendezvous(rendezvous, gpu, self._peer_edges(plan))
+        # this step's device events (none where it is not traced), entered while its own
+        # code runs here: the feeds, each pump, its transfers, the fetches' copies
+        scope = gpu.trace_scope(trace)
+        outer = scope.enter()
         try:
-            with transfer_oom(lambda e: gpu._oom_text("a transfer", e)):
-                ex = await super().run_step(plan, feeds, step, view, **kw)
-            await view.drain()
-            await fetch_results(ex.results)
-            gpu.collect()
-            gpu.drop_landing()
+            feeds = [gpu.import_value(v, _feed_label(plan, k)) for k, v in enumerate(feeds)]
         finally:
-            if trace:
-                dev_events = gpu.end_trace()
+            scope.leave(outer)
+        view = _GpuRendezvous(rendezvous, gpu, self._peer_edges(plan), scope)
+        with transfer_oom(lambda e: gpu._oom_text("a transfer", e)):
+            ex = await super().run_step(plan, feeds, step, view, scope=scope, **kw)
+        await view.drain()
+        outer = scope.enter()
+        try:
+            pending = start_fetches(ex.results)
+        finally:
+            scope.leave(outer)
+        for _, _, ev, owner in pending:
+            await owner.wait(ev)
+        end_fetches(ex.results, pending)
+        gpu.collect()
+        gpu.drop_landing()
         if trace:
-            ex.trace = merge_trace(ex.trace, dev_events)
+            ex.trace = merge_trace(ex.trace, scope.timed_events())
         return ex
 
 

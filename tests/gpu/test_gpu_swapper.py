@@ -345,11 +345,11 @@ def test_throttling_shows_in_the_trace(gpu):
     stack = S.GpuStackStore("s", True, gpu)
     for k in range(50):
         stack.push(_fill(gpu, k))
-    gpu.begin_trace()
+    scope = gpu.begin_trace()
     try:
         big = gpu.alloc((24 * MB // 4,), np.float32, "a test allocation")
     finally:
-        events = gpu.end_trace()
+        events = gpu.end_trace(scope)
     del big
     slices = [e for e in events if e[1] == "Throttle"]
     assert slices and slices[0][6] == "d2h" and slices[0][5] >= slices[0][4]
