@@ -201,6 +201,14 @@ class Saver:
         self.var_list = [v for _, v in named]
         if len(set(self._keys)) != len(self._keys):
             raise ValueError(f"Saver: duplicate variable names in {self._keys}")
+        first: dict[Variable, str] = {}
+        for k, v in named:
+            if v in first:
+                # (a restore would assign it twice in one run: which value it kept would
+                # depend on the order the two assigns ran; TF1's Saver refuses it too)
+                raise ValueError(f"Saver: variable '{v.name}' is given twice, as "
+                                 f"'{first[v]}' and as '{k}'; give each variable one name")
+            first[v] = k
         g = self.var_list[0].graph
         with g.as_default(), g.name_scope("save"):
             self._reads = [v.read_value() for v in self.var_list]
