@@ -265,11 +265,7 @@ class Saver:
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
-            dfd = os.open(directory, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
+            _sync_directory(directory)
         except BaseException:
             if os.path.exists(tmp):
                 os.unlink(tmp)
@@ -321,13 +317,28 @@ def _update_index(directory: str, path: str, gone: list[str]) -> None:
     names = [n for n in names if n not in drop] + [os.path.basename(path)]
     fd, tmp = tempfile.mkstemp(prefix=".index-", suffix=".tmp", dir=directory)
     try:
+        os.chmod(tmp, 0o666 & ~_umask())   # (as the checkpoint's: mkstemp's 0600 is not)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump({"checkpoints": names}, f)
+            f.flush()
+            # on disk before it is named: a crash after the rename must not leave an
+            # empty or partial index where the previous one was
+            os.fsync(f.fileno())
         os.replace(tmp, index)
+        _sync_directory(directory)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def _sync_directory(directory: str) -> None:
+    """fsync a directory: a rename in it is on disk once this returns."""
+    dfd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
 
 
 def _is_number(x: Any) -> bool:

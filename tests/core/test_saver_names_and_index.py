@@ -32,3 +32,57 @@ def test_a_variable_given_twice_in_a_dict_is_refused_naming_both_names(tmp_path)
         with g2.as_default():
             dcf.train.Saver({"y": v}).restore(sess, path)
         assert sess.run(v) == 2.0
+
+
+def _saved_with_step(tmp_path, step: int) -> str:
+    g = dcf.Graph()
+    with g.as_default():
+        v = dcf.Variable(np.arange(3.0), name="v")
+        saver = dcf.train.Saver()
+    with dcf.Session(g) as sess:
+        sess.run(v.initializer)
+        return saver.save(sess, str(tmp_path / "model"), global_step=step)
+
+
+def test_the_index_gets_the_file_mode_the_umask_gives(tmp_path):
+    old = os.umask(0o027)
+    try:
+        path = _saved_with_step(tmp_path, 3)
+    finally:
+        os.umask(old)
+    index = tmp_path / "checkpoint.json"
+    # (a reader under another user of the group finds the latest checkpoint, as it can
+    # read the checkpoint itself)
+    assert os.stat(path).st_mode & 0o777 == 0o640
+    assert os.stat(index).st_mode & 0o777 == 0o640
+    assert dcf.train.latest_checkpoint(str(tmp_path)) == path
+
+
+def test_the_index_is_synced_before_it_is_named_and_its_directory_after(
+        tmp_path, monkeypatch):
+    events = []
+    fsync, replace = os.fsync, os.replace
+
+    def spy_fsync(fd):
+        st = os.fstat(fd)
+        events.append(("fsync", (st.st_dev, st.st_ino)))
+        return fsync(fd)
+
+    def spy_replace(src, dst):
+        st = os.stat(src)
+        events.append(("rename", (st.st_dev, st.st_ino)))
+        return replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", spy_fsync)
+    monkeypatch.setattr(os, "replace", spy_replace)
+    _saved_with_step(tmp_path, 5)
+    st = os.stat(tmp_path / "checkpoint.json")
+    index = (st.st_dev, st.st_ino)
+    st = os.stat(tmp_path)
+    directory = (st.st_dev, st.st_ino)
+    # a crash after the rename, the data not yet on disk, left an empty index where
+    # the previous one was (a filesystem may write the rename first)
+    synced = events.index(("fsync", index))
+    named = events.index(("rename", index))
+    assert synced < named
+    assert ("fsync", directory) in events[named + 1:]
