@@ -8,6 +8,7 @@ import inspect
 import json
 import os
 import tempfile
+import threading
 import weakref
 import zipfile
 from typing import Any
@@ -243,15 +244,20 @@ class Saver:
             save_path = f"{save_path}-{_step_number(step)}"
         path = _npz_path(save_path)
         self._write(path, values)
-        if path in self._written:
-            self._written.remove(path)
-        self._written.append(path)
-        gone = self._written[:-self.max_to_keep] if self.max_to_keep else []
-        del self._written[:len(gone)]
-        _update_index(os.path.dirname(os.path.abspath(path)), path, gone)
-        for old in gone:
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(old)
+        # Saves from several threads (a Session's, an AsyncSession's worker threads) each
+        # read, change and write back this Saver's list and the directory's index: one at
+        # a time, or an index written from an older read drops the checkpoints listed
+        # meanwhile, and the list loses track of checkpoints max_to_keep should remove.
+        with _BOOKKEEPING:
+            if path in self._written:
+                self._written.remove(path)
+            self._written.append(path)
+            gone = self._written[:-self.max_to_keep] if self.max_to_keep else []
+            del self._written[:len(gone)]
+            _update_index(os.path.dirname(os.path.abspath(path)), path, gone)
+            for old in gone:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(old)
         return path
 
     def _write(self, path: str, values: list) -> None:
@@ -288,6 +294,7 @@ class Saver:
 
 
 _INDEX = "checkpoint.json"
+_BOOKKEEPING = threading.Lock()     # Savers' lists of their checkpoints, and the indexes
 
 
 def latest_checkpoint(checkpoint_dir: str) -> str | None:

@@ -1,11 +1,14 @@
 """Saver details a user relies on when a run, a save or the machine fails: a variable
 given twice in a dict is refused (a restore would assign it twice in one run, keeping
 either value), and the directory's index (checkpoint.json) gets the file mode the umask
-gives and is on disk before it is named, as the checkpoint itself."""
+gives and is on disk before it is named, as the checkpoint itself; saves from several
+threads lose no checkpoint from the index and keep max_to_keep."""
 
 from __future__ import annotations
 
+import json
 import os
+import threading
 
 import numpy as np
 import pytest
@@ -86,3 +89,32 @@ def test_the_index_is_synced_before_it_is_named_and_its_directory_after(
     named = events.index(("rename", index))
     assert synced < named
     assert ("fsync", directory) in events[named + 1:]
+
+
+@pytest.mark.parametrize("max_to_keep", [None, 3])
+def test_saves_from_several_threads_keep_the_index_and_max_to_keep(tmp_path, max_to_keep):
+    g = dcf.Graph()
+    with g.as_default():
+        v = dcf.Variable(np.arange(3.0), name="v")
+        saver = dcf.train.Saver(max_to_keep=max_to_keep)
+    prefix = str(tmp_path / "m")
+    with dcf.Session(g) as sess:
+        sess.run(v.initializer)
+
+        def work(t):
+            for k in range(10):
+                saver.save(sess, prefix, global_step=100 * t + k)
+
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    on_disk = sorted(n for n in os.listdir(tmp_path) if n.endswith(".npz"))
+    with open(tmp_path / "checkpoint.json") as f:
+        listed = sorted(json.load(f)["checkpoints"])
+    # each index was written from an older read of it: checkpoints saved meanwhile went
+    # missing from it, and the Saver's own list lost track of ones it should remove
+    assert len(on_disk) == (40 if max_to_keep is None else 3)
+    assert listed == on_disk
+    assert dcf.train.latest_checkpoint(str(tmp_path)) in [str(tmp_path / n) for n in on_disk]
