@@ -327,12 +327,25 @@ def apply_adam(var: Variable, m: Variable, v: Variable, lr: Any, grad: Any, beta
 def _scatter_update_kernel(xp, handle, indices, updates, *, dtype, mode, shape=None):
     with handle.lock:
         new = _own_buffer(handle)
-        if mode == "update":
-            new[indices] = updates
-        else:
-            xp.add.at(new, indices, updates)
+        try:
+            if mode == "update":
+                new[indices] = updates
+            else:
+                xp.add.at(new, indices, updates)
+        except BaseException:
+            _refused(new)
+            raise
         handle.value = new
         return new
+
+
+def _refused(new: Any) -> None:
+    """A scatter into `new` (the variable's own buffer, reopened by _writable, or a
+    copy) raised: numpy checks indices and shapes before it writes, so the variable
+    holds its old value, in a buffer that must be read-only again (a fetch hands a
+    writable array to the caller as it is: writing it would change the variable)."""
+    if type(new) is np.ndarray:
+        new.flags.writeable = False
 
 
 def _bind_scatter(xp, *, dtype, mode, shape=None):
@@ -342,15 +355,19 @@ def _bind_scatter(xp, *, dtype, mode, shape=None):
         def scatter(handle, indices, updates):
             with handle.lock:
                 new = _own_buffer(handle)
-                if type(indices) is ndarray and indices.shape == (1,) and \
-                        type(updates) is ndarray and updates.shape[:1] == (1,) and \
-                        updates.ndim == new.ndim:
-                    # one row (a replay write): basic indexing, ~0.3 us instead of ~1.2
-                    # us for new[indices] = updates; the same row, the same values, the
-                    # same IndexError out of range
-                    new[indices[0]] = updates[0]
-                else:
-                    new[indices] = updates
+                try:
+                    if type(indices) is ndarray and indices.shape == (1,) and \
+                            type(updates) is ndarray and updates.shape[:1] == (1,) and \
+                            updates.ndim == new.ndim:
+                        # one row (a replay write): basic indexing, ~0.3 us instead of
+                        # ~1.2 us for new[indices] = updates; the same row, the same
+                        # values, the same IndexError out of range
+                        new[indices[0]] = updates[0]
+                    else:
+                        new[indices] = updates
+                except BaseException:
+                    _refused(new)
+                    raise
                 handle.value = new
                 return new
     else:
@@ -359,7 +376,11 @@ def _bind_scatter(xp, *, dtype, mode, shape=None):
         def scatter(handle, indices, updates):
             with handle.lock:
                 new = _own_buffer(handle)
-                add_at(new, indices, updates)
+                try:
+                    add_at(new, indices, updates)
+                except BaseException:
+                    _refused(new)
+                    raise
                 handle.value = new
                 return new
     return scatter

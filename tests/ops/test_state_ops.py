@@ -190,3 +190,29 @@ def test_the_dqn_write_no_longer_copies_the_table():
             assert buf() is res.variables["table"].value     # written in place
         np.testing.assert_array_equal(sess.run(table)[:6], 1.0)   # 6 runs wrote rows 0-5
         assert not sess.run(table)[6:].any()
+
+
+@pytest.mark.parametrize("kind,rows", [
+    ("update", [9]),            # one row: the replay write's fast path
+    ("update", [0, 1, 9]),
+    ("add", [0, 1, 9]),
+])
+def test_a_scatter_that_fails_leaves_the_value_and_fetches_the_callers_own(kind, rows):
+    g = dcf.Graph()
+    with g.as_default():
+        v = dcf.Variable(_table(), name="t")
+        bump = v.assign_add(np.ones((6, 3), np.float32))     # a buffer of its own
+        idx = dcf.placeholder(dcf.int32, (None,))
+        upd = dcf.placeholder(dcf.float32, (None, 3))
+        op = v.scatter_update(idx, upd) if kind == "update" else dcf.scatter_add(v, idx, upd)
+    want = _table() + 1.0
+    with dcf.Session(g) as sess:
+        sess.run(v.initializer)
+        sess.run(bump.op)
+        with pytest.raises(dcf.errors.DcfError, match="index 9 is out of bounds"):
+            sess.run(op.op, {idx: np.array(rows, np.int32),
+                             upd: np.full((len(rows), 3), 50.0, np.float32)})
+        got = sess.run(v)
+        np.testing.assert_array_equal(got, want)
+        got[:] = -1.0          # the caller's array: writing it must not reach the variable
+        np.testing.assert_array_equal(sess.run(v), want)
