@@ -13,12 +13,14 @@ enqueued while the GPUs still run the backward) and each GPU's loops are listed 
 with their spans and the GPU time from one loop's last mark to the next one's first
 ("+gap"), which shows where the GPUs wait at the boundaries; the "host" lines give the
 same from the host's side (when each loop's first mark was enqueued, ms after the first
-run was called, the host span and the host time to the next loop's first mark)."""
+run was called, the host span and the host time to the next loop's first mark).
+DCF_PROBE_SCHEDULE=wavefront times the wavefront schedule instead (its prologue and
+epilogue run outside the loops: in the gaps)."""
 import os, statistics, sys, time, gc
 import numpy as np
 import cupy
 from dcf import frame_compiler as FC
-from bench.model_parallel import MultiLayerLSTM
+from bench.model_parallel import SCHEDULES
 from dcf.actors import gpu as G
 
 FC.MARKS_PER_WINDOW = 1 << 30          # stride 1: a mark every iteration (the bound stays pi)
@@ -49,9 +51,10 @@ if len(sys.argv) > 2:
 counts = [int(d) for d in sys.argv[1].split(",")] if len(sys.argv) > 1 else [1, 2]
 U = int(os.environ.get("DCF_PROBE_UNITS", 1024))     # small: stand-in GPUs on a CPU
 B = int(os.environ.get("DCF_PROBE_BATCH", 256))
+SCHEDULE = os.environ.get("DCF_PROBE_SCHEDULE", "layers")     # or wavefront
 xv = cupy.asarray((np.random.default_rng(0).standard_normal((100, B, U)) * 0.1).astype(np.float32))
 for ndev in counts:
-    m = MultiLayerLSTM([f"/gpu:{k}" for k in range(ndev)], 8, B, U, U, 32)
+    m = SCHEDULES[SCHEDULE]([f"/gpu:{k}" for k in range(ndev)], 8, B, U, U, 32)
     G.GpuDevice.get(0).activate()
     m.step(xv); m.step(xv)
     for d in range(ndev):
