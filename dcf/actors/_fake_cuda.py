@@ -8,7 +8,8 @@ arrays live in host memory but behave like cupy's where it matters for dcf --
   as it would on a GPU; numpy ufuncs and functions on device arrays dispatch back to
   this module (as cupy's ``__array_ufunc__`` / ``__array_function__`` do), and mixing a
   device array with a numpy array raises TypeError;
-- reductions and indexing return 0-d device arrays, never numpy scalars;
+- reductions and indexing return 0-d device arrays, never numpy scalars (indexing
+  every axis with an integer gives a 0-d view of the element, as cupy does);
 - each device has a memory pool with ``used_bytes``/``set_limit``; an allocation past
   the limit raises ``OutOfMemoryError`` (a MemoryError), as cupy's pool does, unless
   the pool's cached blocks can serve it (cupy's limit bounds the bytes the pool holds);
@@ -237,7 +238,13 @@ class ndarray:
         return self._a.item()
 
     def __getitem__(self, key: Any) -> Any:
-        return _wrap(self._a[_loose(key)], self._dev)
+        key = _loose(key)
+        r = self._a[key]
+        if isinstance(r, _np.generic):
+            # integers on every axis: cupy gives a 0-d view of the element (writes through
+            # it reach the array), where numpy gives a scalar; numpy's view is a[key, ...]
+            r = self._a[(key if type(key) is tuple else (key,)) + (Ellipsis,)]
+        return _wrap(r, self._dev)
 
     def __setitem__(self, key: Any, value: Any) -> None:
         self._a[_loose(key)] = _strict(value)

@@ -106,3 +106,29 @@ def test_the_wavefront_lstm_on_two_gpus_adds_the_lower_groups_slice_in_place(
     # joins group 0's dh in place in every iteration of the backward loop
     in_place, copied = _counts(slice_adds)
     assert in_place == steps - layers + 1 and copied == 0
+
+
+def test_an_elements_gradient_is_added_where_the_element_is(fake_gpus, slice_adds):
+    # x[1, 2] and v[3] index every axis with an integer: their gradients' keys select
+    # one element, and `out[key]` must be a (0-d) view of it, as cupy's is -- the
+    # stand-in once gave a copy there, and the element's gradient went missing
+    rng = np.random.default_rng(4)
+    av, cv, xv = (rng.standard_normal((4, 4)) for _ in range(3))
+    vv, wv = rng.standard_normal(4), rng.standard_normal((4, 4))
+    with dcf.Graph().as_default(), dcf.device("/gpu:0"):
+        a = dcf.constant(av)
+        x = dcf.placeholder(dcf.float64, [4, 4])
+        v = dcf.placeholder(dcf.float64, [4])
+        loss = dcf.reduce_sum(dcf.matmul(a, x) * cv) + x[1, 2] * 3.0 + \
+            dcf.reduce_sum(dcf.matmul(dcf.reshape(v, [1, 4]), dcf.constant(wv))) + v[3] * 2.0
+        dx, dv = dcf.gradients(loss, [x, v])
+        with dcf.Session() as sess:
+            got_x, got_v = sess.run([dx, dv], {x: xv, v: vv})
+    want_x = av.T @ cv
+    want_x[1, 2] += 3.0
+    want_v = wv.sum(axis=1)
+    want_v[3] += 2.0
+    np.testing.assert_allclose(got_x, want_x, rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(got_v, want_v, rtol=1e-13, atol=1e-13)
+    in_place, copied = _counts(slice_adds)
+    assert in_place >= 1 and in_place + copied == 2
