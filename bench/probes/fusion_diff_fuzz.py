@@ -32,17 +32,20 @@ need a real GPU, where the same command runs them. The summary counts the fused 
 built and what their counters say they did.
 
     DCF_FAKE_GPUS=2 python -m bench.probes.fusion_diff_fuzz --seeds A:B [--depth D]
-        [--ops K] [--n N] [--modes gpu,gpu2,swap] [--show]
+        [--ops K] [--n N] [--modes gpu,gpu2,swap] [--show] [--min]
 
 prints one line per seed (OK, or BAD with the first value that differs) and, with
 --show, a failing program's source (a function build(T, D) over the module T and the
-devices D[k]; SG, LSTM and LSTM2 are in PRELUDE): its own repro.
+devices D[k]; SG, LSTM and LSTM2 are in PRELUDE): its own repro; --min replaces its
+statements' values by inputs one at a time while the difference stays, and prints what
+is left.
 """
 from __future__ import annotations
 
 import argparse
 import collections
 import random
+import re
 import sys
 import traceback
 from typing import Any
@@ -337,6 +340,81 @@ def differs(a: list, b: list) -> str:
     return ""
 
 
+def _feeds(seed: int, n: int) -> dict:
+    nrng = np.random.default_rng(seed)
+    return {"x": nrng.standard_normal((n, n)) * 0.7, "y": nrng.standard_normal((n, n)),
+            "r": nrng.standard_normal(n)}
+
+
+def _devices(src: str, seed: int) -> dict:
+    ndev = src.count("D[") + 1
+    drng = random.Random(seed * 7 + 1)
+    return {"cpu": ["/cpu:0"] * ndev, "gpu": ["/gpu:0"] * ndev,
+            "gpu2": [drng.choice(["/gpu:0", "/gpu:1"]) for _ in range(ndev)]}
+
+
+def check(src: str, seed: int, n: int, modes: list, show: bool = False) -> list | None:
+    """What differs from the CPU run in each mode ("mode what"), or None where the CPU
+    run itself fails."""
+    feeds, devs = _feeds(seed, n), _devices(src, seed)
+    try:
+        ref = run(src, devs["cpu"], feeds)
+    except Exception:   # noqa: BLE001 - a program the CPU refuses is no finding
+        if show:
+            traceback.print_exc()
+        return None
+    notes = []
+    for m in modes:
+        try:
+            cfg = None
+            if m == "swap":     # one GPU, saved loop values swapped out at once
+                cfg = dcf.SessionConfig(gpu_memory_limit=8 << 20, swap_threshold=0.001)
+            d = differs(ref, run(src, devs["gpu" if m == "swap" else m], feeds, cfg))
+        except Exception as e:  # noqa: BLE001 - one program's failure is one finding
+            d = f"{type(e).__name__}: {str(e)[:300]}"
+            if show:
+                traceback.print_exc()
+        if d:
+            notes.append(f"{m} {d}")
+    return notes
+
+
+_STMT = re.compile(r"^(\s*)(\w+) = (.*)$")
+
+
+def minimize(src: str, seed: int, n: int, modes: list) -> str:
+    """A smaller program that still differs in one of `modes`: each statement's value in
+    turn replaced by an input (x, r; a loop's by (0, x, x)), kept where the difference
+    stays, until nothing more goes."""
+    def bad(text: str) -> bool:
+        got = check(text, seed, n, modes)
+        _tally()
+        return bool(got)
+
+    lines = src.split("\n")
+    changed = True
+    while changed:
+        changed = False
+        for i in range(len(lines) - 1, -1, -1):
+            m = _STMT.match(lines[i])
+            if m is None or m.group(2) in ("F", "x", "y", "r", "loss") or \
+                    m.group(3) in ("x", "r", "(0, x, x)"):
+                continue
+            name, rhs = m.group(2), m.group(3)
+            if rhs.startswith("T.while_loop("):
+                repl = "(0, x, x)"
+            elif name.startswith("v"):
+                repl = "r"
+            elif rhs.startswith(name + "["):    # a loop's result read off its tuple
+                continue
+            else:
+                repl = "x"
+            trial = lines[:i] + [f"{m.group(1)}{name} = {repl}"] + lines[i + 1:]
+            if bad("\n".join(trial)):
+                lines, changed = trial, True
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", default="0:50")
@@ -345,50 +423,29 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=4,
                     help="matrix size (a multiple of 4; 512 reaches the raw column sums)")
     ap.add_argument("--show", action="store_true")
+    ap.add_argument("--min", action="store_true", help="print a minimized repro of each BAD")
     ap.add_argument("--modes", default="gpu,gpu2",
                     help="of gpu (all on /gpu:0), gpu2 (/gpu:0 and /gpu:1 at random), swap "
                          "(/gpu:0 under a memory limit, swapping saved values at once)")
     args = ap.parse_args()
     _count_calls()
+    modes = args.modes.split(",")
     a, b = map(int, args.seeds.split(":"))
     bad = 0
     for seed in range(a, b):
-        rng = random.Random(seed)
-        src = Gen(rng, args.depth, args.ops, args.n).program()
-        nrng = np.random.default_rng(seed)
-        n = args.n
-        feeds = {"x": nrng.standard_normal((n, n)) * 0.7, "y": nrng.standard_normal((n, n)),
-                 "r": nrng.standard_normal(n)}
-        ndev = src.count("D[") + 1
-        drng = random.Random(seed * 7 + 1)
-        modes = {"cpu": ["/cpu:0"] * ndev, "gpu": ["/gpu:0"] * ndev,
-                 "gpu2": [drng.choice(["/gpu:0", "/gpu:1"]) for _ in range(ndev)]}
-        notes = []
-        try:
-            ref = run(src, modes["cpu"], feeds)
-        except Exception as e:
-            print(f"ERR seed {seed}: cpu {type(e).__name__}: {str(e)[:300]}", flush=True)
-            if args.show:
-                print(f"N = {args.n}\n{src}")
-            bad += 1
-            continue
-        for m in args.modes.split(","):
-            try:
-                cfg = None
-                if m == "swap":     # one GPU, saved loop values swapped out at once
-                    cfg = dcf.SessionConfig(gpu_memory_limit=8 << 20, swap_threshold=0.001)
-                d = differs(ref, run(src, modes["gpu" if m == "swap" else m], feeds, cfg))
-            except Exception as e:
-                d = f"{type(e).__name__}: {str(e)[:300]}"
-                if args.show:
-                    traceback.print_exc()
-            if d:
-                notes.append(f"{m} {d}")
+        src = Gen(random.Random(seed), args.depth, args.ops, args.n).program()
+        notes = check(src, seed, args.n, modes, args.show)
         _tally()
+        if notes is None:
+            print(f"ERR seed {seed}: the CPU run failed", flush=True)
+            notes = ["cpu"]
         bad += bool(notes)
         print(f"{'BAD' if notes else 'OK '} seed {seed}: {'; '.join(notes)}", flush=True)
         if notes and args.show:
             print(f"N = {args.n}\n{src}")
+        if notes and notes != ["cpu"] and args.min:
+            print(f"minimized (seed {seed}, N = {args.n}):\n"
+                  f"{minimize(src, seed, args.n, modes)}", flush=True)
     print(f"{b - a - bad} of {b - a} programs agree; fused callables built and their "
           f"counters: {dict(COUNTS)}")
     sys.exit(1 if bad else 0)
