@@ -17,8 +17,10 @@ graph proves it may:
 
 The used output is then the GEMM's own (C-contiguous) result; its values are the same
 sums of the same products as the full GEMM's columns, up to the rounding order cuBLAS
-picks for the narrower problem. Anything else (host values, other layouts) runs the two
-ops one by one. (Traced runs take the executor's op-by-op path.)
+picks for the narrower problem. Anything else (host values, other layouts, a W whose
+rows are not the split's sizes added up -- known only when it runs where W's shape is
+partly unknown: the split's own error, not a block of a product of another width) runs
+the two ops one by one. (Traced runs take the executor's op-by-op path.)
 """
 
 from __future__ import annotations
@@ -75,6 +77,9 @@ class FusedSplitMatMul:
         self.split, self.matmul = split, matmul
         self.used, self.r0, self.r1 = used, r0, r1
         self.n_out = split.n_out
+        # the split's sizes add up to W's rows (the product's columns) in a valid run;
+        # where W's rows are known only when it runs, another count is the split's error
+        self.rows = sum(split.pnode.attrs["sizes"])
         self.narrowed = 0               # calls that took the narrow GEMM (tests read it)
 
     def _product(self, g: Any, w: Any, it: Any) -> Any:
@@ -86,7 +91,7 @@ class FusedSplitMatMul:
     def __call__(self, g: Any, w: Any, it: Any) -> Any:
         nd = self.cp.ndarray
         if type(w) is nd and type(g) is nd and w.ndim == 2 and g.ndim == 2 and \
-                c_contiguous(w) and self.r1 <= w.shape[0] and g.shape[1] == w.shape[1]:
+                c_contiguous(w) and w.shape[0] == self.rows and g.shape[1] == w.shape[1]:
             part = self._product(g, w[self.r0:self.r1], it)
             self.narrowed += 1
             out: list = [None] * self.n_out

@@ -83,3 +83,22 @@ def test_a_failing_product_names_the_matmul_frame_and_iteration(fake_gpus, fused
     msg = str(e.value)
     assert fused_splits
     assert "prod" in msg and "MatMul" in msg and "iteration 1" in msg and "sloop" in msg
+
+
+def test_sizes_that_miss_ws_rows_fail_as_the_split_does(fake_gpus, fused_splits):
+    # W's rows are known only when it runs: 5 rows against sizes [2, 2] is the split's
+    # error on the CPU, and must not become columns 2:4 of the 5-column product here
+    rng = np.random.default_rng(3)
+    gv, wv = rng.standard_normal((3, 4)), rng.standard_normal((5, 4))
+    with dcf.Graph().as_default(), dcf.device("/gpu:0"):
+        g = dcf.placeholder(dcf.float64, [3, 4])
+        w = dcf.placeholder(dcf.float64, [None, 4])
+        _, part = dcf.split(dcf.matmul(g, w, transpose_b=True), [2, 2], axis=1)
+        out = part * 2.0
+        with dcf.Session() as sess:
+            with pytest.raises(dcf.errors.InvalidArgumentError, match="do not add up to 5"):
+                sess.run(out, {g: gv, w: wv})
+            # W of 4 rows: the narrow product, as before
+            got = sess.run(out, {g: gv, w: wv[:4]})
+    np.testing.assert_allclose(got, 2.0 * (gv @ wv[:4].T)[:, 2:], rtol=1e-13, atol=1e-13)
+    assert fused_splits and sum(f.narrowed for f in fused_splits) == 1
