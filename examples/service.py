@@ -197,7 +197,10 @@ async def start_server(host: str, port: int, concurrency: int = 2) -> tuple[Any,
     """Start the app; returns (runner, bound port). Port 0 picks a free port."""
     from aiohttp import web
 
-    runner = web.AppRunner(make_app(SqrtSolver(concurrency)), access_log=None)
+    # handler_cancellation: a client that goes away cancels its handler and so its run
+    # (aiohttp's default since 3.9 lets the handler, and the run, go on to their end)
+    runner = web.AppRunner(make_app(SqrtSolver(concurrency)), access_log=None,
+                           handler_cancellation=True)
     await runner.setup()
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -131,3 +131,56 @@ def test_selftest_flag_prints_latency_figures():
                          check=False)
     assert out.returncode == 0, out.stderr
     assert "latency p50" in out.stdout and "requests/s" in out.stdout
+
+
+@pytest.mark.timeout(60)
+def test_a_client_that_goes_away_cancels_its_run(monkeypatch):
+    """aiohttp (>= 3.9) leaves a handler running when its client disconnects unless the
+    runner has handler_cancellation=True: without it an abandoned request's run goes on
+    to its end, holding one of the --concurrency slots (docs/services.md promises it is
+    cancelled). Here the solve never ends by itself: only cancellation ends it."""
+    sys.path.insert(0, str(SERVICE.parent))
+    try:
+        import service
+    finally:
+        sys.path.remove(str(SERVICE.parent))
+
+    async def main() -> dict:
+        started, stopped = asyncio.Event(), asyncio.Event()
+        outcome: dict = {}
+
+        async def solve(self, values, tol):
+            started.set()
+            try:
+                await asyncio.Event().wait()        # a run that lasts until cancelled
+            except asyncio.CancelledError:
+                outcome["cancelled"] = True
+                raise
+            finally:
+                stopped.set()
+
+        monkeypatch.setattr(service.SqrtSolver, "solve", solve)
+        runner, port = await service.start_server("127.0.0.1", 0)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            async with aiohttp.ClientSession() as client:
+                async def ask() -> None:
+                    async with client.post(f"{url}/sqrt", json={"x": [2.0]}) as r:
+                        await r.read()
+
+                asking = asyncio.ensure_future(ask())
+                await started.wait()
+                asking.cancel()                     # the client goes away mid-request
+                with pytest.raises(asyncio.CancelledError):
+                    await asking
+            await stopped.wait()
+            async with aiohttp.ClientSession() as client:
+                async with client.get(f"{url}/health") as r:
+                    outcome["health"] = await r.json()
+        finally:
+            await runner.cleanup()
+        return outcome
+
+    outcome = asyncio.run(main())
+    assert outcome["cancelled"] is True
+    assert outcome["health"] == {"status": "ok", "in_flight": 0}
