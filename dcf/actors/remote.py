@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import threading
 from collections.abc import Coroutine
@@ -130,8 +131,53 @@ class LoopThread:
             raise
 
     async def wrap(self, coro: Coroutine[Any, Any, Any]) -> Any:
-        """Await `coro` running on this loop from another running loop."""
-        return await asyncio.wrap_future(self.submit(coro))
+        """Await `coro` running on this loop from another running loop. Cancelling the
+        awaiting task cancels `coro`'s task here, and CancelledError comes once that task
+        has ended (as a cancelled local run's, not while it still runs in this thread)."""
+        here = asyncio.get_running_loop()
+        over = here.create_future()     # settled from `coro`'s task when it is done
+        task: asyncio.Task | None = None
+
+        def relay(t: asyncio.Task) -> None:     # (in the caller's loop)
+            if over.done():
+                return
+            if t.cancelled():
+                over.cancel()
+            elif t.exception() is not None:
+                over.set_exception(t.exception())
+            else:
+                over.set_result(t.result())
+
+        def settle(t: asyncio.Task) -> None:
+            with contextlib.suppress(RuntimeError):     # (the caller's loop is closed)
+                here.call_soon_threadsafe(relay, t)
+
+        def start() -> None:
+            nonlocal task
+            task = self.loop.create_task(coro)
+            task.add_done_callback(settle)
+
+        def cancel() -> None:           # (after start: callbacks run in order)
+            if task is not None:
+                task.cancel()
+
+        try:
+            self.loop.call_soon_threadsafe(start)
+        except RuntimeError:    # (this loop is closed)
+            coro.close()
+            raise
+        try:
+            return await asyncio.shield(over)
+        except asyncio.CancelledError:
+            if not over.done():
+                with contextlib.suppress(RuntimeError):     # (this loop is closed)
+                    self.loop.call_soon_threadsafe(cancel)
+                while not over.done() and self.thread.is_alive() and \
+                        not self.loop.is_closed():
+                    await asyncio.wait([over], timeout=0.1)
+            if over.done() and not over.cancelled():
+                over.exception()        # retrieved: no "never retrieved" report
+            raise
 
     def stop(self) -> None:
         if self.loop.is_closed():
