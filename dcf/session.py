@@ -329,6 +329,17 @@ class AsyncSession:
                   options: RunOptions | None = None, run_metadata: RunMetadata | None = None
                   ) -> Any:
         """Run the graph to compute `fetches`; returns numpy values in their structure."""
+        try:
+            return await self._run(fetches, feed_dict, options, run_metadata)
+        except BaseException as e:
+            # (from here, where _run's frame has ended and can be cleared too: its feeds'
+            # copies and plan; and for a cancelled run as well, whose error -- or the
+            # TimeoutError asyncio.wait_for chains to it -- the caller may keep)
+            _let_go_of_values(e)
+            raise
+
+    async def _run(self, fetches: Any, feed_dict: dict | None, options: RunOptions | None,
+                   run_metadata: RunMetadata | None) -> Any:
         if self._closed:
             raise RuntimeError("this session is closed")
         _check_run_args(feed_dict, options, run_metadata)
@@ -366,9 +377,6 @@ class AsyncSession:
                 raise       # the caller cancelled it too: its cancel stands
             raise CancelledError("the session was closed while this run was in flight; "
                                  "the run was aborted on every device") from None
-        except BaseException as e:
-            _let_go_of_values(e)
-            raise
         finally:
             left = running.pop(me) - 1
             if left:

@@ -136,3 +136,76 @@ def test_a_failed_gpu_run_gives_its_saved_values_back(fake_gpus):
         # what the kept frames hold of the last steps (5 values here), not the FAIL_AT
         # values each of the three stacks had saved (11 values without the drop)
         assert gpu.used_bytes() - base < FAIL_AT * N * N * 4
+
+
+def _dcf_frames_holding_values(err: BaseException) -> list:
+    """The dcf frames in `err`'s traceback (and the errors it chains) whose locals hold a
+    run's values: arrays, lists of arrays, or an executor (which holds a loop's state)."""
+    import os
+
+    from dcf.executor import Executor
+
+    root = os.path.dirname(os.path.abspath(dcf.__file__)) + os.sep
+
+    def value(v) -> bool:
+        return isinstance(v, (np.ndarray, Executor)) or \
+            isinstance(v, (list, tuple)) and any(isinstance(a, np.ndarray) for a in v)
+
+    found, seen, todo = [], set(), [err]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        tb = e.__traceback__
+        while tb is not None:
+            f = tb.tb_frame
+            if f.f_code.co_filename.startswith(root):
+                held = sorted(k for k, v in f.f_locals.items() if value(v))
+                if held:
+                    found.append((f.f_code.co_name, held))
+            tb = tb.tb_next
+        todo += (e.__cause__, e.__context__)
+    return found
+
+
+@pytest.mark.parametrize("how", ["cancel", "wait_for", "timeout_s", "close"])
+def test_an_async_run_stopped_midway_lets_go_of_its_values(how):
+    """A run cancelled (its task, asyncio.wait_for, the session's close) or past its
+    timeout_s: the error the caller keeps holds none of the run's values (its feeds'
+    copies, the loop's state), as for any other failed run."""
+    x = dcf.placeholder(dcf.float64, (None,))
+    n = dcf.placeholder(dcf.int32, ())
+    _, y = dcf.while_loop(lambda i, y: i < n, lambda i, y: (i + 1, y * 0.5 + x), (0, x))
+    feeds = {x: np.ones(1000), n: 10 ** 9}
+
+    async def main():
+        sess = dcf.AsyncSession()
+        try:
+            if how == "timeout_s":
+                try:
+                    await sess.run(y, feeds, options=dcf.RunOptions(timeout_s=0.05))
+                except dcf.errors.DeadlineExceededError as e:
+                    return e
+            elif how == "wait_for":
+                try:
+                    await asyncio.wait_for(sess.run(y, feeds), 0.05)
+                except asyncio.TimeoutError as e:
+                    return e
+            else:
+                run = asyncio.ensure_future(sess.run(y, feeds))
+                await asyncio.sleep(0.05)                     # it has begun
+                if how == "cancel":
+                    run.cancel()
+                else:
+                    await sess.close()
+                try:
+                    await run
+                except (asyncio.CancelledError, dcf.errors.CancelledError) as e:
+                    return e
+        finally:
+            await sess.close()
+        raise AssertionError("the run was not stopped")
+
+    err = asyncio.run(main())
+    assert _dcf_frames_holding_values(err) == []
