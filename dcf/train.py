@@ -123,9 +123,13 @@ class AdamOptimizer(Optimizer):
             # by every minimize() of this optimizer, as the moments are
             powers = self._powers.get(g)
             if powers is None:
+                # in the variables' float type, but never narrower than float32: in
+                # float16, beta2^t drifts by a third over 3,000 steps (TF keeps them in
+                # float32 and casts the rate to each variable's type)
+                pdt = dt.np if dt.np.itemsize >= 4 else np.float32
                 powers = self._powers[g] = (
-                    Variable(np.asarray(1.0, dt.np), name="beta1_power", trainable=False),
-                    Variable(np.asarray(1.0, dt.np), name="beta2_power", trainable=False))
+                    Variable(np.asarray(1.0, pdt), name="beta1_power", trainable=False),
+                    Variable(np.asarray(1.0, pdt), name="beta2_power", trainable=False))
             b1p, b2p = powers
             dt = b1p.dtype   # (a later minimize() may update variables of another dtype)
             # this step's powers; the Variables take them only once every update has
