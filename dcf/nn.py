@@ -268,7 +268,14 @@ def _sequence_length(sequence_length: Any, batch: Any) -> Tensor | None:
             n is not None and isinstance(batch, int) and n != batch)):
         raise ValueError(f"sequence_length must be a vector of batch_size ({batch}) "
                          f"lengths, got {seq.type} ('{seq.name}')")
-    return seq if seq.dtype == dtypes.int32 else math_ops.cast(seq, dtypes.int32)
+    seq = seq if seq.dtype == dtypes.int32 else math_ops.cast(seq, dtypes.int32)
+    if n is None or not isinstance(batch, int):
+        # not known to match until it runs: the masks would broadcast a [1] vector (one
+        # length for every example) or fail inside the loop; as TF's runtime shape
+        # assert, fail at an op named for the argument
+        seq = array_ops.reshape(seq, array_ops.stack([batch]) if isinstance(batch, Tensor)
+                                else [batch], name="sequence_length")
+    return seq
 
 
 def _masked(t: Tensor, seq_len: Tensor | None, new: Any, old: Any) -> Any:

@@ -1,0 +1,74 @@
+"""Review 34, dcf.nn as a TF1 port meets it: a sequence_length whose length is only
+known when it runs must still be one length per example (TF1's dynamic_rnn asserts
+its shape is [batch_size]); a one-element vector was broadcast to every example.
+References are a numpy GRU and TF1's documented behaviour."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import dcf
+from dcf import nn
+
+
+def _sigmoid(z):
+    return 1.0 / (1.0 + np.exp(-z))
+
+
+def _gru_ref(w, x_tm, seq):
+    gk, gb, ck, cb = w
+    h = np.zeros((x_tm.shape[1], ck.shape[1]))
+    outs = []
+    for t, x in enumerate(x_tm):
+        r, u = np.split(_sigmoid(np.concatenate([x, h], 1) @ gk + gb), 2, 1)
+        c = np.tanh(np.concatenate([x, r * h], 1) @ ck + cb)
+        hn = u * h + (1 - u) * c
+        keep = (t < np.asarray(seq))[:, None]
+        outs.append(np.where(keep, hn, 0.0))
+        h = np.where(keep, hn, h)
+    return np.stack(outs), h
+
+
+def _gru_rnn(static, x, seq):
+    cell = nn.GRUCell(2)
+    if static:
+        outs, final = nn.static_rnn(cell, dcf.unstack(dcf.transpose(x, [1, 0, 2])),
+                                    sequence_length=seq, dtype=dcf.float64)
+        return cell, dcf.transpose(dcf.stack(outs), [1, 0, 2]), final
+    out, final = nn.dynamic_rnn(cell, x, sequence_length=seq, dtype=dcf.float64)
+    return cell, out, final
+
+
+@pytest.mark.parametrize("static", [False, True])
+@pytest.mark.parametrize("batch_known", [False, True])
+def test_fed_sequence_length_must_have_one_length_per_example(static, batch_known):
+    xv = np.random.default_rng(3).standard_normal((4, 5, 3))
+    with dcf.Graph().as_default():
+        x = dcf.placeholder(dcf.float64, (4 if batch_known else None, 5, 3))
+        seq = dcf.placeholder(dcf.int32, (None,))
+        cell, out, final = _gru_rnn(static, x, seq)
+        with dcf.Session() as sess:
+            sess.run(dcf.global_variables_initializer())
+            w = sess.run(cell.variables)
+            o, f = sess.run([out, final], {x: xv, seq: [5, 0, 2, 3]})
+            for bad in ([2], [1, 2, 3], [1, 2, 3, 4, 5]):
+                with pytest.raises(dcf.errors.InvalidArgumentError,
+                                   match=r"'rnn/sequence_length'"):
+                    sess.run(out, {x: xv, seq: bad})
+    ro, rf = _gru_ref(w, xv.transpose(1, 0, 2), [5, 0, 2, 3])
+    np.testing.assert_allclose(o, ro.transpose(1, 0, 2), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(f, rf, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("static", [False, True])
+def test_one_static_length_is_not_broadcast_over_an_unknown_batch(static):
+    xv = np.random.default_rng(4).standard_normal((3, 4, 3))
+    with dcf.Graph().as_default():
+        x = dcf.placeholder(dcf.float64, (None, 4, 3))
+        _, out, _ = _gru_rnn(static, x, np.array([2], np.int32))
+        with dcf.Session() as sess:
+            sess.run(dcf.global_variables_initializer())
+            with pytest.raises(dcf.errors.InvalidArgumentError,
+                               match=r"'rnn/sequence_length'"):
+                sess.run(out, {x: xv})
