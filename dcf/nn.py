@@ -246,14 +246,32 @@ def _batch_size(x: Tensor, axis: int) -> Any:
     return d if d is not None else array_ops.shape(x)[axis]
 
 
-def _initial_state(cell: Any, batch: Any, dtype: Any, initial_state: Any) -> Any:
+def _initial_state(cell: Any, batch: Any, dtype: Any, initial_state: Any, x: Tensor,
+                   what: str) -> Any:
     if initial_state is not None:
         if hasattr(cell, "_check_state"):
             cell._check_state(initial_state)
-        return nest.map_structure(convert_to_tensor, initial_state)
-    if dtype is None:
+        state = nest.map_structure(convert_to_tensor, initial_state)
+    elif dtype is None:
         raise ValueError("give initial_state or dtype")
-    return cell.zero_state(batch, dtype)
+    else:
+        state = cell.zero_state(batch, dtype)
+    if isinstance(cell, _Cell):
+        # a state of another batch, width or dtype than the inputs' fails inside the
+        # loop at an op the user did not make (LSTMGates, RNNMatMul): say so here
+        for i, (t, n) in enumerate(zip(nest.flatten(state), nest.flatten(cell.state_size))):
+            got = t.shape if t.shape is not None else (None, None)
+            bad_shape = len(got) != 2 or any(
+                a is not None and b is not None and int(a) != int(b)
+                for a, b in zip(got, (batch if isinstance(batch, int) else None, n)))
+            if bad_shape or (t.dtype != x.dtype and x.dtype.is_floating):
+                src = "initial_state" if initial_state is not None else \
+                    f"the zero state of dtype={dtypes.as_dtype(dtype).name}"
+                raise ValueError(
+                    f"{what}: {src} must be [batch_size, {n}] tensors of the inputs' dtype "
+                    f"{x.dtype.name} (batch_size {batch}; inputs {x.type}), got {t.type} "
+                    f"('{t.name}', part {i} of {type(cell).__name__}'s state)")
+    return state
 
 
 def _sequence_length(sequence_length: Any, batch: Any) -> Tensor | None:
@@ -314,7 +332,8 @@ def dynamic_rnn(cell: Any, inputs: Any, sequence_length: Any = None, initial_sta
         xt = x if time_major else array_ops.transpose(x, [1, 0, 2])
         steps = _batch_size(xt, 0)
         batch = _batch_size(xt, 1)
-        state0 = _initial_state(cell, batch, dtype or x.dtype, initial_state)
+        state0 = _initial_state(cell, batch, dtype or x.dtype, initial_state, x,
+                                "dynamic_rnn")
         seq = _sequence_length(sequence_length, batch)
         if not getattr(cell, "_built", True) and xt.shape[-1] is not None:
             # variables outside the loop, under this scope: the same names as static_rnn
@@ -410,7 +429,8 @@ def static_rnn(cell: Any, inputs: list, initial_state: Any = None, dtype: Any = 
         if not xs:
             raise ValueError("static_rnn: inputs is empty")
         batch = _batch_size(xs[0], 0)
-        state = _initial_state(cell, batch, dtype or xs[0].dtype, initial_state)
+        state = _initial_state(cell, batch, dtype or xs[0].dtype, initial_state, xs[0],
+                               "static_rnn")
         seq = _sequence_length(sequence_length, batch)
         outs = []
         for t, x in enumerate(xs):

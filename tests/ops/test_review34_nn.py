@@ -1,7 +1,8 @@
 """Review 34, dcf.nn as a TF1 port meets it: a sequence_length whose length is only
 known when it runs must still be one length per example (TF1's dynamic_rnn asserts
-its shape is [batch_size]); a one-element vector was broadcast to every example.
-References are a numpy GRU and TF1's documented behaviour."""
+its shape is [batch_size]); a one-element vector was broadcast to every example. An
+initial state of another batch, width or dtype than the inputs' is named at
+construction. References are a numpy GRU and TF1's documented behaviour."""
 
 from __future__ import annotations
 
@@ -72,3 +73,42 @@ def test_one_static_length_is_not_broadcast_over_an_unknown_batch(static):
             with pytest.raises(dcf.errors.InvalidArgumentError,
                                match=r"'rnn/sequence_length'"):
                 sess.run(out, {x: xv})
+
+
+def _state(kind, batch, units, dtype=np.float64):
+    z = np.zeros((batch, units), dtype)
+    return nn.LSTMStateTuple(z, z) if kind == "lstm" else z
+
+
+@pytest.mark.parametrize("static", [False, True])
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+@pytest.mark.parametrize("bad", ["batch", "units", "dtype", "zero_state_dtype"])
+def test_initial_state_of_another_batch_width_or_dtype_is_named_at_construction(
+        static, kind, bad):
+    # TF1 fails at the cell's concat; dcf failed inside the loop at LSTMGates or
+    # RNNMatMul, ops the user never made. Now: a ValueError naming the state
+    x = np.zeros((4, 5, 3))
+    kw = {"dtype": dcf.float32} if bad == "zero_state_dtype" else {"initial_state": _state(
+        kind, 3 if bad == "batch" else 4, 3 if bad == "units" else 2,
+        np.float32 if bad == "dtype" else np.float64)}
+    with dcf.Graph().as_default():
+        cell = nn.LSTMCell(2) if kind == "lstm" else nn.GRUCell(2)
+        with pytest.raises(ValueError, match=r"(static|dynamic)_rnn: .* must be "
+                                             r"\[batch_size, 2\] tensors of the inputs' "
+                                             r"dtype float64 \(batch_size 4"):
+            if static:
+                nn.static_rnn(cell, [x[:, t] for t in range(5)], **kw)
+            else:
+                nn.dynamic_rnn(cell, x, **kw)
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_initial_state_of_unknown_batch_is_accepted(kind):
+    with dcf.Graph().as_default():
+        c = dcf.placeholder(dcf.float64, (None, 2))
+        cell = nn.LSTMCell(2) if kind == "lstm" else nn.GRUCell(2)
+        state = nn.LSTMStateTuple(c, c) if kind == "lstm" else c
+        out, _ = nn.dynamic_rnn(cell, np.ones((4, 5, 3)), initial_state=state)
+        with dcf.Session() as sess:
+            sess.run(dcf.global_variables_initializer())
+            assert sess.run(out, {c: np.zeros((4, 2))}).shape == (4, 5, 2)
