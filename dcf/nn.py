@@ -76,6 +76,15 @@ class _Cell:
                              f"depth {want}, called with depth {got} (its variables are "
                              "shared; make a new cell for other inputs)")
 
+    def _check_inputs(self, x: Tensor) -> None:
+        """TF1: "RNN cell only supports floating point inputs" (an integer kernel would
+        hold the Glorot values truncated to zeros)."""
+        if not x.dtype.is_floating:
+            name = self.scope or self._name
+            raise TypeError(f"{type(self).__name__}{f' {name!r}' if name else ''}: inputs "
+                            f"must be floating point, got {x.type} ('{x.name}'); cast them "
+                            "with dcf.cast")
+
     def _check_state(self, state: Any) -> None:
         """A state of the cell's structure (an LSTM's is LSTMStateTuple(c, h), not one
         concatenated tensor): said here, not as an unpacking failure inside a loop."""
@@ -130,6 +139,7 @@ class LSTMCell(_Cell):
 
     def __call__(self, inputs: Any, state: Any) -> tuple[Tensor, LSTMStateTuple]:
         x = convert_to_tensor(inputs)
+        self._check_inputs(x)
         self._check_state(state)
         c, h = state
         if not self._built:
@@ -205,6 +215,7 @@ class GRUCell(_Cell):
 
     def __call__(self, inputs: Any, state: Any) -> tuple[Tensor, Tensor]:
         x = convert_to_tensor(inputs)
+        self._check_inputs(x)
         h = state
         if not self._built:
             if x.shape is None or x.shape[-1] is None:
@@ -329,6 +340,8 @@ def dynamic_rnn(cell: Any, inputs: Any, sequence_length: Any = None, initial_sta
         x = convert_to_tensor(inputs)
         if x.shape is None or len(x.shape) != 3:
             raise ValueError(f"dynamic_rnn: inputs must be rank 3, got {x.type}")
+        if isinstance(cell, _Cell):
+            cell._check_inputs(x)
         xt = x if time_major else array_ops.transpose(x, [1, 0, 2])
         steps = _batch_size(xt, 0)
         batch = _batch_size(xt, 1)
@@ -428,6 +441,8 @@ def static_rnn(cell: Any, inputs: list, initial_state: Any = None, dtype: Any = 
         xs = [convert_to_tensor(x) for x in inputs]
         if not xs:
             raise ValueError("static_rnn: inputs is empty")
+        if isinstance(cell, _Cell):
+            cell._check_inputs(xs[0])
         batch = _batch_size(xs[0], 0)
         state = _initial_state(cell, batch, dtype or xs[0].dtype, initial_state, xs[0],
                                "static_rnn")

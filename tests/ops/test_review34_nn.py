@@ -2,7 +2,8 @@
 known when it runs must still be one length per example (TF1's dynamic_rnn asserts
 its shape is [batch_size]); a one-element vector was broadcast to every example. An
 initial state of another batch, width or dtype than the inputs' is named at
-construction. References are a numpy GRU and TF1's documented behaviour."""
+construction; cells refuse integer inputs (TF1 does) before making
+variables. References are a numpy GRU and TF1's documented behaviour."""
 
 from __future__ import annotations
 
@@ -112,3 +113,23 @@ def test_initial_state_of_unknown_batch_is_accepted(kind):
         with dcf.Session() as sess:
             sess.run(dcf.global_variables_initializer())
             assert sess.run(out, {c: np.zeros((4, 2))}).shape == (4, 5, 2)
+
+
+@pytest.mark.parametrize("how", ["call", "dynamic", "static"])
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_cells_refuse_integer_inputs_before_making_variables(how, kind):
+    # TF1: "RNN cell only supports floating point inputs"; dcf built an int32 kernel
+    # (the Glorot values truncated to zeros) and failed later at Sigmoid or RNNMatMul
+    x = np.ones((4, 5, 3), np.int32)
+    name = "LSTMCell" if kind == "lstm" else "GRUCell"
+    with dcf.Graph().as_default():
+        cell = nn.LSTMCell(2) if kind == "lstm" else nn.GRUCell(2)
+        with pytest.raises(TypeError, match=name + r".*inputs must be floating point, "
+                                                  r"got int32"):
+            if how == "call":
+                cell(x[:, 0], _state(kind, 4, 2, np.int32))
+            elif how == "static":
+                nn.static_rnn(cell, [x[:, t] for t in range(5)], dtype=dcf.float32)
+            else:
+                nn.dynamic_rnn(cell, x, dtype=dcf.float32)
+        assert cell.variables == [] and dcf.global_variables() == []
