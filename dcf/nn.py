@@ -441,6 +441,13 @@ def static_rnn(cell: Any, inputs: list, initial_state: Any = None, dtype: Any = 
         xs = [convert_to_tensor(x) for x in inputs]
         if not xs:
             raise ValueError("static_rnn: inputs is empty")
+        for t, x in enumerate(xs):
+            if x.shape is not None and len(x.shape) != 2:
+                # TF1 wants [batch, depth] steps; a [batch, time, depth] tensor here would
+                # fail at the cell's ConcatV2
+                raise ValueError(f"static_rnn: inputs must be a list of [batch, depth] "
+                                 f"tensors (one per step), got {x.type} ('{x.name}') at "
+                                 f"step {t}; unstack a [batch, time, depth] tensor on axis 1")
         if isinstance(cell, _Cell):
             cell._check_inputs(xs[0])
         batch = _batch_size(xs[0], 0)
@@ -475,6 +482,10 @@ def dense(x: Any, units: int, activation: Any = None, use_bias: bool = True,
     if x.shape is None or x.shape[-1] is None:
         raise ValueError(f"dense '{scope}': the last dimension of the input {x.type} "
                          f"('{x.name}') must be known")
+    if len(x.shape) < 2:
+        # TF1: "expected min_ndim=2"; it failed at the layer's BatchMatMulV2
+        raise ValueError(f"dense '{scope}': the input must have rank >= 2 ([..., "
+                         f"features]), got {x.type} ('{x.name}')")
     kernel = _make_var(scope, "kernel", _glorot(f"{scope}/kernel", (int(x.shape[-1]), units),
                                                 x.dtype))
     y = math_ops.matmul(x, kernel)

@@ -3,7 +3,8 @@ known when it runs must still be one length per example (TF1's dynamic_rnn asser
 its shape is [batch_size]); a one-element vector was broadcast to every example. An
 initial state of another batch, width or dtype than the inputs' is named at
 construction; cells refuse integer inputs (TF1 does) before making
-variables. References are a numpy GRU and TF1's documented behaviour."""
+variables; static_rnn steps and dense inputs of the wrong rank are named at
+construction. References are a numpy GRU and TF1's documented behaviour."""
 
 from __future__ import annotations
 
@@ -133,3 +134,28 @@ def test_cells_refuse_integer_inputs_before_making_variables(how, kind):
             else:
                 nn.dynamic_rnn(cell, x, dtype=dcf.float32)
         assert cell.variables == [] and dcf.global_variables() == []
+
+
+def test_static_rnn_steps_must_be_matrices():
+    x = np.zeros((4, 5, 3))
+    with dcf.Graph().as_default():
+        with pytest.raises(ValueError, match=r"static_rnn: inputs must be a list of "
+                                             r"\[batch, depth\] tensors .* float64\[4,5,3\] "
+                                             r".* at step 0"):
+            nn.static_rnn(nn.GRUCell(2), [x], dtype=dcf.float64)
+        with pytest.raises(ValueError, match=r"float64\[4\] .* at step 1"):
+            nn.static_rnn(nn.GRUCell(2), [x[:, 0], x[:, 1, 0]], dtype=dcf.float64)
+
+
+def test_dense_needs_a_rank_two_input_and_names_the_layer():
+    with dcf.Graph().as_default():
+        with pytest.raises(ValueError, match=r"dense 'head': the input must have rank >= 2 "
+                                             r".*float64\[3\]"):
+            nn.dense(np.zeros(3), 2, name="head")
+        # rank 3 works on the last axis, as TF1's
+        xv = np.arange(24.0).reshape(2, 3, 4)
+        y = nn.dense(xv, 5, name="head")
+        with dcf.Session() as sess:
+            sess.run(dcf.global_variables_initializer())
+            k, b, out = sess.run([dcf.global_variables()[0], dcf.global_variables()[1], y])
+    np.testing.assert_allclose(out, xv @ k + b, rtol=1e-12)
