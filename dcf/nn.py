@@ -360,30 +360,44 @@ def dynamic_rnn(cell: Any, inputs: Any, sequence_length: Any = None, initial_sta
             step = cell
         else:
             in_tas, step, tied_ta, tied_input = hoist
-        out_ta = TensorArray(xt.dtype, size=steps, name="outputs")
+        # TF1: outputs of the cell's output_size structure, of dtype= or the state's
+        # dtype (a cell may take integer ids and embed them)
+        out_struct = getattr(cell, "output_size", None)
+        out_struct = out_struct if nest.is_nested(out_struct) else 0
+        out_dtype = dtypes.as_dtype(dtype) if dtype is not None else \
+            nest.flatten(state0)[0].dtype
+        out_tas = tuple(TensorArray(out_dtype, size=steps, name="outputs")
+                        for _ in nest.flatten(out_struct))
 
-        def body(t: Tensor, state: Any, out: TensorArray, *tied: TensorArray) -> tuple:
+        def body(t: Tensor, state: Any, *tas: TensorArray) -> tuple:
+            out, tied = tas[:len(out_tas)], tas[len(out_tas):]
             xin = [ta.read(t) for ta in in_tas]
             y, new_state = step(xin[0] if hoist is None else xin, state)
+            ys = nest.flatten(y)
+            if len(ys) != len(out):
+                raise ValueError(f"dynamic_rnn: the cell returned {len(ys)} outputs, its "
+                                 f"output_size {getattr(cell, 'output_size', None)} says "
+                                 f"{len(out)}")
             if seq is not None:
-                y = _masked(t, seq, y, array_ops.zeros_like(y))
+                ys = [_masked(t, seq, v, array_ops.zeros_like(v)) for v in ys]
                 new_state = _masked(t, seq, new_state, state)
             # a tied recurrent weight's matmul input, for its gradient after the loop (a
             # record, not a path of the loss; second derivatives flow back through it)
             tied = tuple(ta.write(t, tied_input(state)) for ta in tied)
-            return (t + 1, new_state, out.write(t, y)) + tied
+            return (t + 1, new_state) + tuple(o.write(t, v) for o, v in zip(out, ys)) + tied
 
-        loop_vars = (convert_to_tensor(0), state0, out_ta) + \
+        loop_vars = (convert_to_tensor(0), state0) + out_tas + \
             (() if tied_ta is None else (tied_ta,))
-        _, final, out_ta, *tied_out = while_loop(lambda t, *_: t < steps, body, loop_vars,
-                                                 parallel_iterations=parallel_iterations,
-                                                 swap_memory=swap_memory)
+        _, final, *tas = while_loop(lambda t, *_: t < steps, body, loop_vars,
+                                    parallel_iterations=parallel_iterations,
+                                    swap_memory=swap_memory)
+        out_tas, tied_out = tas[:len(out_tas)], tas[len(out_tas):]
         if tied_out:
             tie_recorded_inputs(in_tas[0], tied_out[0])
-        outs = out_ta.stack()
+        outs = [ta.stack() for ta in out_tas]
         if not time_major:
-            outs = array_ops.transpose(outs, [1, 0, 2])
-        return outs, final
+            outs = [array_ops.transpose(o, [1, 0, 2]) for o in outs]
+        return nest.pack_sequence_as(out_struct, outs), final
 
 
 def _with_bias_row(w: Tensor, bias: Any) -> Tensor:
@@ -459,7 +473,7 @@ def static_rnn(cell: Any, inputs: list, initial_state: Any = None, dtype: Any = 
             y, new_state = cell(x, state)
             if seq is not None:
                 tt = convert_to_tensor(t)
-                y = _masked(tt, seq, y, array_ops.zeros_like(y))
+                y = _masked(tt, seq, y, nest.map_structure(array_ops.zeros_like, y))
                 new_state = _masked(tt, seq, new_state, state)
             outs.append(y)
             state = new_state

@@ -4,7 +4,8 @@ its shape is [batch_size]); a one-element vector was broadcast to every example.
 initial state of another batch, width or dtype than the inputs' is named at
 construction; cells refuse integer inputs (TF1 does) before making
 variables; static_rnn steps and dense inputs of the wrong rank are named at
-construction. References are a numpy GRU and TF1's documented behaviour."""
+construction; a user's cell may take integer ids (the outputs get the state's dtype)
+and return a tuple of outputs (TF1's output_size structure). References are a numpy GRU and TF1's documented behaviour."""
 
 from __future__ import annotations
 
@@ -159,3 +160,70 @@ def test_dense_needs_a_rank_two_input_and_names_the_layer():
             sess.run(dcf.global_variables_initializer())
             k, b, out = sess.run([dcf.global_variables()[0], dcf.global_variables()[1], y])
     np.testing.assert_allclose(out, xv @ k + b, rtol=1e-12)
+
+
+class _EmbeddingCell:
+    """A user's cell (as TF1's RNNCell subclasses): int32 token ids [batch, 1] in, a
+    float64 state and output; TF1 gives the outputs the state's dtype."""
+
+    state_size = 3
+    output_size = 3
+
+    def __init__(self, table):
+        self.table = dcf.constant(table)
+
+    def zero_state(self, batch, dtype):
+        return dcf.zeros((batch, 3), dtype)
+
+    def __call__(self, ids, h):
+        h = dcf.tanh(dcf.gather(self.table, ids[:, 0]) + h)
+        return h, h
+
+
+class _TwoOutputCell:
+    """output_size (2, 2): TF1's dynamic_rnn returns a pair of [batch, time, 2] outputs."""
+
+    state_size = 2
+    output_size = (2, 2)
+
+    def zero_state(self, batch, dtype):
+        return dcf.zeros((batch, 2), dtype)
+
+    def __call__(self, x, h):
+        h = dcf.tanh(x + h)
+        return (h, 2.0 * h), h
+
+
+@pytest.mark.parametrize("static", [False, True])
+@pytest.mark.parametrize("seq", [None, [3, 1]])
+def test_user_cells_with_integer_inputs_or_a_tuple_of_outputs(static, seq):
+    table = np.arange(30.0).reshape(10, 3) / 30
+    ids = np.array([[[1], [2], [3]], [[4], [5], [6]]], np.int32)
+    xv = np.random.default_rng(5).standard_normal((2, 3, 2))
+    keep = np.ones((2, 3, 1)) if seq is None else (np.arange(3) < np.array(seq)[:, None])[..., None]
+
+    def ref(step, xs, units):
+        h, outs = np.zeros((2, units)), []
+        for t in range(3):
+            hn = step(xs[:, t], h)
+            h = np.where(keep[:, t], hn, h)
+            outs.append(hn * keep[:, t])
+        return np.stack(outs, 1), h
+    want_e, want_eh = ref(lambda i, h: np.tanh(table[i[:, 0]] + h), ids, 3)
+    want_t, want_th = ref(lambda x, h: np.tanh(x + h), xv, 2)
+    with dcf.Graph().as_default():
+        def rnn(cell, x, **kw):
+            if not static:
+                return nn.dynamic_rnn(cell, x, sequence_length=seq, **kw)
+            outs, final = nn.static_rnn(cell, [x[:, t] for t in range(3)],
+                                        sequence_length=seq, **kw)
+            return dcf.nest.map_structure(lambda *o: dcf.stack(o, 1), *outs), final
+        emb = rnn(_EmbeddingCell(table), ids, dtype=dcf.float64)
+        two = rnn(_TwoOutputCell(), xv)
+        with dcf.Session() as sess:
+            (e, eh), ((t1, t2), th) = sess.run([emb, two])
+    np.testing.assert_allclose(e, want_e, rtol=1e-12)
+    np.testing.assert_allclose(eh, want_eh, rtol=1e-12)
+    np.testing.assert_allclose(t1, want_t, rtol=1e-12)
+    np.testing.assert_allclose(t2, 2 * want_t, rtol=1e-12)
+    np.testing.assert_allclose(th, want_th, rtol=1e-12)
