@@ -76,6 +76,14 @@ class _Cell:
                              f"depth {want}, called with depth {got} (its variables are "
                              "shared; make a new cell for other inputs)")
 
+    def _check_graph(self) -> None:
+        """A built cell's variables live in the graph it was built in: another graph's
+        rnn would fail at an op joining the two graphs; say so here."""
+        if self._built and self._vars[0].graph is not get_default_graph():
+            raise ValueError(f"{type(self).__name__} '{self.scope}': its variables are in "
+                             "another graph than the default graph; make a new cell for "
+                             "this graph")
+
     def _check_inputs(self, x: Tensor) -> None:
         """TF1: "RNN cell only supports floating point inputs" (an integer kernel would
         hold the Glorot values truncated to zeros)."""
@@ -146,6 +154,7 @@ class LSTMCell(_Cell):
             if x.shape is None or x.shape[-1] is None:
                 raise ValueError("LSTMCell: the input's last dimension must be known")
             self._build(int(x.shape[-1]), self._dtype or x.dtype)
+        self._check_graph()
         self._check_depth(x, self.kernel)
         z = math_ops.matmul(array_ops.concat([x, h], 1), self.kernel)
         c_new, h_new = lstm_gates(z, c, self.forget_bias, b=self.bias)   # bias in the kernel
@@ -221,6 +230,7 @@ class GRUCell(_Cell):
             if x.shape is None or x.shape[-1] is None:
                 raise ValueError("GRUCell: the input's last dimension must be known")
             self._build(int(x.shape[-1]), self._dtype or x.dtype)
+        self._check_graph()
         self._check_depth(x, self.gate_kernel)
         gates = math_ops.sigmoid(math_ops.matmul(array_ops.concat([x, h], 1), self.gate_kernel)
                                  + self.gate_bias)
@@ -341,6 +351,7 @@ def dynamic_rnn(cell: Any, inputs: Any, sequence_length: Any = None, initial_sta
         if x.shape is None or len(x.shape) != 3:
             raise ValueError(f"dynamic_rnn: inputs must be rank 3, got {x.type}")
         if isinstance(cell, _Cell):
+            cell._check_graph()
             cell._check_inputs(x)
         xt = x if time_major else array_ops.transpose(x, [1, 0, 2])
         steps = _batch_size(xt, 0)
@@ -463,6 +474,7 @@ def static_rnn(cell: Any, inputs: list, initial_state: Any = None, dtype: Any = 
                                  f"tensors (one per step), got {x.type} ('{x.name}') at "
                                  f"step {t}; unstack a [batch, time, depth] tensor on axis 1")
         if isinstance(cell, _Cell):
+            cell._check_graph()
             cell._check_inputs(xs[0])
         batch = _batch_size(xs[0], 0)
         state = _initial_state(cell, batch, dtype or xs[0].dtype, initial_state, xs[0],

@@ -5,7 +5,8 @@ initial state of another batch, width or dtype than the inputs' is named at
 construction; cells refuse integer inputs (TF1 does) before making
 variables; static_rnn steps and dense inputs of the wrong rank are named at
 construction; a user's cell may take integer ids (the outputs get the state's dtype)
-and return a tuple of outputs (TF1's output_size structure). References are a numpy GRU and TF1's documented behaviour."""
+and return a tuple of outputs (TF1's output_size structure); a cell built in one graph says so in another.
+References are a numpy GRU and TF1's documented behaviour."""
 
 from __future__ import annotations
 
@@ -227,3 +228,20 @@ def test_user_cells_with_integer_inputs_or_a_tuple_of_outputs(static, seq):
     np.testing.assert_allclose(t1, want_t, rtol=1e-12)
     np.testing.assert_allclose(t2, 2 * want_t, rtol=1e-12)
     np.testing.assert_allclose(th, want_th, rtol=1e-12)
+
+
+@pytest.mark.parametrize("how", ["call", "dynamic", "static"])
+def test_a_cell_built_in_one_graph_says_so_in_another(how):
+    cell = nn.GRUCell(2, name="enc")
+    x = np.zeros((1, 2, 3))
+    with dcf.Graph().as_default():
+        nn.dynamic_rnn(cell, x)
+    with dcf.Graph().as_default():
+        with pytest.raises(ValueError, match=r"GRUCell 'enc': its variables are in another "
+                                             r"graph"):
+            if how == "call":
+                cell(x[:, 0], np.zeros((1, 2)))
+            elif how == "static":
+                nn.static_rnn(cell, [x[:, 0]], dtype=dcf.float64)
+            else:
+                nn.dynamic_rnn(cell, x)
