@@ -225,6 +225,7 @@ class GRUCell(_Cell):
     def __call__(self, inputs: Any, state: Any) -> tuple[Tensor, Tensor]:
         x = convert_to_tensor(inputs)
         self._check_inputs(x)
+        self._check_state(state)
         h = state
         if not self._built:
             if x.shape is None or x.shape[-1] is None:

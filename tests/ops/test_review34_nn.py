@@ -245,3 +245,11 @@ def test_a_cell_built_in_one_graph_says_so_in_another(how):
                 nn.static_rnn(cell, [x[:, 0]], dtype=dcf.float64)
             else:
                 nn.dynamic_rnn(cell, x)
+
+
+def test_gru_cell_called_with_an_lstm_state_names_the_cell():
+    # as LSTMCell's call (and dynamic_rnn) already did; it failed at the cell's ConcatV2
+    with dcf.Graph().as_default():
+        with pytest.raises(TypeError, match=r"GRUCell: the state must be shaped like "
+                                            r"state_size 2"):
+            nn.GRUCell(2)(np.ones((2, 4)), _state("lstm", 2, 2))
