@@ -2,11 +2,12 @@
 known when it runs must still be one length per example (TF1's dynamic_rnn asserts
 its shape is [batch_size]); a one-element vector was broadcast to every example. An
 initial state of another batch, width or dtype than the inputs' is named at
-construction; cells refuse integer inputs (TF1 does) before making
-variables; static_rnn steps and dense inputs of the wrong rank are named at
-construction; a user's cell may take integer ids (the outputs get the state's dtype)
-and return a tuple of outputs (TF1's output_size structure); a cell built in one graph says so in another.
-References are a numpy GRU and TF1's documented behaviour."""
+construction; cells refuse integer inputs (TF1 does) before making variables;
+static_rnn steps and dense inputs of the wrong rank are named at construction; a
+user's cell may take integer ids (the outputs get the state's dtype) and return a
+tuple of outputs (TF1's output_size structure); a cell built in one graph says so in
+another; a GRUCell checks its state's structure. References are a numpy GRU and
+TF1's documented behaviour."""
 
 from __future__ import annotations
 
@@ -201,7 +202,8 @@ def test_user_cells_with_integer_inputs_or_a_tuple_of_outputs(static, seq):
     table = np.arange(30.0).reshape(10, 3) / 30
     ids = np.array([[[1], [2], [3]], [[4], [5], [6]]], np.int32)
     xv = np.random.default_rng(5).standard_normal((2, 3, 2))
-    keep = np.ones((2, 3, 1)) if seq is None else (np.arange(3) < np.array(seq)[:, None])[..., None]
+    keep = np.ones((2, 3, 1)) if seq is None else \
+        (np.arange(3) < np.array(seq)[:, None])[..., None]
 
     def ref(step, xs, units):
         h, outs = np.zeros((2, units)), []
