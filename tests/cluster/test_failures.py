@@ -97,6 +97,36 @@ def test_ctrl_c_during_a_run_aborts_it_on_every_worker_and_the_session_goes_on()
             assert sess.run(z) == 6.0
 
 
+def test_ctrl_c_returns_once_the_clients_py_func_in_the_run_has_returned():
+    """A cluster run's client-side py_funcs run in the I/O thread: KeyboardInterrupt comes
+    out of run once the run has unwound there, not while a py_func is still running beside
+    the caller's handler (as in-process runs, whose py_funcs run in the caller's thread)."""
+    inside = threading.Event()
+    state = {"running": False, "calls": 0}
+
+    def slow(i):
+        state["running"] = True
+        state["calls"] += 1
+        inside.set()
+        time.sleep(0.4)
+        state["running"] = False
+        return i
+
+    with dcf.Cluster.local(1) as cluster:
+        step = lambda i: dcf.reshape(dcf.py_func(slow, [i], dcf.int32), []) + 1   # noqa: E731
+        r = dcf.while_loop(lambda i: i < 5, step, [0])
+        with dcf.Session(cluster=cluster) as sess:
+            main = threading.main_thread().ident
+            threading.Thread(target=lambda: (inside.wait(10), signal.pthread_kill(
+                main, signal.SIGINT))).start()
+            with pytest.raises(KeyboardInterrupt):
+                sess.run(r)
+            assert not state["running"]
+            calls = state["calls"]
+            time.sleep(0.5)
+            assert state["calls"] == calls == 1     # nothing of the run goes on after it
+
+
 def test_a_cluster_run_takes_ctrl_c_over_while_it_waits():
     """While the main thread waits for a cluster run, SIGINT goes to dcf's handler, which
     only records the request and cancels the run, as in-process runs do (dcf/interrupts.py).
