@@ -187,7 +187,11 @@ def _kernel_fn(gpu: GpuDevice, name: str, typ: str, frame: str, dev: Any, host: 
             try:
                 return run_dev(args)
             except MemoryError as e2:
-                e = e2
+                # (its message only: its traceback holds this frame, which would hold it,
+                # and through the frames' callers the compiled loop's values and stacks,
+                # in a cycle kept until the collector ran -- device memory in use after
+                # a run that throttled)
+                e = e2.with_traceback(None)
         raise ResourceExhaustedError(gpu._oom_text(f"{typ} '{name}'", e)) from None
 
     def fn(*args: Any) -> Any:
