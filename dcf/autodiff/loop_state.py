@@ -245,12 +245,15 @@ def push_pop_grad(state: Any, pop: Operation, grad: Tensor) -> None:
     # iteration, out of reach of the loop that pops)
     outer = _outermost(ctx.while_ctx).outer if ctx is not None and ctx.while_ctx is not None \
         else None
+    loop = ctx.while_ctx if ctx is not None else None
+    # the stack swaps where the loop that pushes does, as the stacks of saved values
+    # (its pops, in t's backward loop, come in the reverse order of its pushes too)
+    swap = bool(loop is not None and loop.swap_memory)
     with g._control_flow_context(outer), g.control_dependencies(None):
         handle = apply("StackV2", [], name="grad_stack", elem_type=grad.dtype,
-                       stack_name=f"{t.name}@grad", swap_memory=False)
-    push = apply("StackPushV2", [handle, grad], name="grad_stack_push", swap_memory=False).op
+                       stack_name=f"{t.name}@grad", swap_memory=swap)
+    push = apply("StackPushV2", [handle, grad], name="grad_stack_push", swap_memory=swap).op
     state.stack_grads.setdefault(t, []).append(handle)
-    loop = ctx.while_ctx if ctx is not None else None
     if loop is not None:
         # t's backward loop must start only after this loop pushed everything: for
         # nested loops, the outermost backward loop around t waits for the outermost
