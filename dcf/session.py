@@ -235,6 +235,8 @@ class AsyncSession:
             with self._making_actor:    # one actor per device, and so one set of variables
                 a = self._actors.get(dev)
                 if a is None:
+                    if self._closed:    # (its devices are gone: close())
+                        raise RuntimeError("this session is closed")
                     a = self._actors[dev] = self._new_actor(dev)
         return a
 
@@ -527,7 +529,7 @@ class AsyncSession:
                          check: Any) -> list:
         """The fetched values of one inline run (run_inline)."""
         if fused:
-            return self._actors[dev].run_sync(plan, feeds, check)
+            return self._actor(dev).run_sync(plan, feeds, check)
         gen = plan.compiled_root.start(feeds)
         try:
             while True:
@@ -611,6 +613,12 @@ class AsyncSession:
                 await self._cancel_running()
         if not was_closed and self.cluster is not None:
             self.cluster._release(self._sid)
+        if not self._running and not self._inline:
+            # its devices' state goes: the variables and the constants a GPU keeps, which
+            # a closed session its caller still holds (`with ... as sess` leaves it bound)
+            # kept on the device, in use under the next session's gpu_memory_limit
+            self._actors = {}
+            self._plans = {}
 
     def __del__(self) -> None:
         # (let go of unclosed, as a TensorFlow session: its workers drop its partitions)
