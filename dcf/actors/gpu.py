@@ -205,6 +205,10 @@ class GpuDevice:
         self._uncount(settings)
         self._apply_settings()
 
+    def running_steps(self) -> int:
+        """How many steps are running on this GPU (begin_step to end_step)."""
+        return sum(self._steps.values())
+
     def _uncount(self, settings: tuple) -> None:
         n = self._steps.get(settings, 0) - 1
         if n > 0:

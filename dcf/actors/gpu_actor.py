@@ -334,7 +334,10 @@ class GpuActor(DeviceActor):
             raise
 
     def finish(self) -> None:
-        self.gpu.end_step(self._memory)
+        gpu = self.gpu
+        gpu.end_step(self._memory)
+        if gpu.swapper.out:
+            gpu.swapper.settle()
 
     async def run_step(self, plan: Any, feeds: list, step: Any, rendezvous: Any,
                        **kw: Any) -> Any:

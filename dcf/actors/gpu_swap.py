@@ -421,6 +421,19 @@ class _Swapper:
         self.gpu.collect()
         self.pump()
 
+    def settle(self) -> None:
+        """After a step on this GPU, whatever its end: nothing is owed any more, and the
+        swap-outs in flight let go of their device buffers -- those of a step that failed
+        or was cancelled in its forward loop stayed in use (up to D2H_IN_FLIGHT values)
+        until a later step's swapping loop collected them, and an inference-only step
+        never does. Where no other step runs here, the copies still running are waited
+        for (a handful of copies); else the other steps' ticks collect them."""
+        self.owed = 0
+        if self.out:
+            if not self.gpu.running_steps():
+                self.out[-1][1].synchronize()
+            self.collect()
+
     def pop(self, rec: _Rec) -> Any:
         gpu = self.gpu
         gpu.make_current()
