@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from dcf import nest
+from dcf import dtypes, nest
 from dcf.control_flow import while_loop
-from dcf.graph import Tensor
+from dcf.graph import Operation, Tensor
 from dcf.ops.registry import apply, convert_to_tensor, graph_of
 from dcf.tensor_array import TensorArray
 
@@ -45,7 +45,9 @@ def map_fn(fn: Callable[..., Any], elems: Any, dtype: Any = None,
 
     `elems` may be a nested structure of tensors sharing their first dimension;
     `fn` then receives the same structure of slices. Its output structure is
-    inferred when `dtype` is None. `parallel_iterations` None is 10 (TF1's);
+    inferred when `dtype` is None; a given `dtype` is the structure (and dtypes) fn must
+    return, else ValueError/TypeError at build time (a Python number in fn's output
+    becomes a tensor of its dtype, as TF's). `parallel_iterations` None is 10 (TF1's);
     `infer_shape=False` lets fn's outputs differ in shape from one element to the next
     (the stack then needs them alike, as TF's).
     """
@@ -65,9 +67,18 @@ def map_fn(fn: Callable[..., Any], elems: Any, dtype: Any = None,
 
         def body(i: Tensor, accs: list) -> tuple:
             xs = nest.pack_sequence_as(elems, [ta.read(i) for ta in elem_tas])
-            ys = [convert_to_tensor(y) for y in nest.flatten(fn(xs))]
-            if len(ys) != len(accs):
-                raise ValueError(f"map_fn: fn returned {len(ys)} values, expected {len(accs)}")
+            out = fn(xs)
+            # (as TF's: a structure other than dtype's would be packed into dtype's
+            # silently, a dict's values in key order)
+            diff = nest.structure_diff(dtype, out)
+            if diff:
+                raise ValueError("map_fn: fn must return the structure given by dtype=:\n"
+                                 f"  * {diff}")
+            ys = _fn_outputs(out, "map_fn", out_dtypes)
+            for k, (y, dt) in enumerate(zip(ys, out_dtypes)):
+                if y.dtype is not dtypes.as_dtype(dt):
+                    raise TypeError(f"map_fn: fn returned {y.dtype} at output[{k}] where "
+                                    f"dtype= says {dtypes.as_dtype(dt)}")
             return i + 1, [a.write(i, y) for a, y in zip(accs, ys)]
 
         _, accs = while_loop(lambda i, _: i < n, body, (convert_to_tensor(0), acc),
@@ -95,7 +106,7 @@ def _map_inferred(g: Any, fn: Callable[..., Any], elems: Any, flat: list, n: Any
     def body(i: Tensor, flow: Tensor) -> tuple:
         xs = nest.pack_sequence_as(elems, [ta.read(i) for ta in elem_tas])
         out = fn(xs)
-        ys = [convert_to_tensor(y) for y in nest.flatten(out)]
+        ys = _fn_outputs(out, "map_fn")
         with g._control_flow_context(outer), g.control_dependencies(None):
             accs = [TensorArray(y.dtype, size=n_t, infer_shape=infer_shape, name="result")
                     for y in ys]
@@ -111,6 +122,20 @@ def _map_inferred(g: Any, fn: Callable[..., Any], elems: Any, flat: list, n: Any
                          swap_memory=swap_memory)
     struct = nest.map_structure(lambda t: convert_to_tensor(t).dtype, made["struct"])
     return nest.pack_sequence_as(struct, [a._with_flow(flow).stack() for a in made["accs"]])
+
+
+def _fn_outputs(out: Any, what: str, want: list | None = None) -> list[Tensor]:
+    """The tensors of fn's output, with an error naming `what` for a leaf that is not one
+    (None, an op); a Python number becomes a tensor of its `want` dtype (as TF's write)."""
+    ys = []
+    for k, y in enumerate(nest.flatten(out)):
+        if y is None or isinstance(y, Operation):
+            raise TypeError(f"{what}: fn returned {'None' if y is None else repr(y)}"
+                            f"{'' if not nest.is_nested(out) else f' at output[{k}]'}; it "
+                            "must return a tensor or a nested structure of tensors")
+        dt = None if want is None or isinstance(y, Tensor) else dtypes.as_dtype(want[k])
+        ys.append(convert_to_tensor(y) if dt is None else convert_to_tensor(y, dtype=dt))
+    return ys
 
 
 def _fold(fn: Callable[..., Any], elems: Any, initializer: Any, reverse: bool, what: str,

@@ -56,6 +56,33 @@ def test_map_fn_with_explicit_dtype(compiled, run_graph):
     np.testing.assert_array_equal(run_graph(out, config=compiled), [0, 3, 5])
 
 
+
+def test_map_fn_output_must_have_dtypes_structure():
+    # TF's rule: a structure other than dtype's was packed into dtype's silently (a dict
+    # given for a tuple, its values in key order; a nested tuple flattened into pairs)
+    xs = np.array([[1.0, 2.0], [3.0, 4.0]])
+    f64 = dcf.float64
+    with pytest.raises(ValueError, match=r"map_fn: fn must return the structure given by "
+                       r"dtype=:\n  \* at top level: dict with 2 keys vs tuple of length 2"):
+        dcf.map_fn(lambda e: (e * 2.0, e), xs, dtype={"a": f64, "b": f64})
+    with pytest.raises(ValueError, match=r"at \[0\]: a single value vs tuple of length 1"):
+        dcf.map_fn(lambda e: ((e * 2.0,), e), xs, dtype=(f64, f64))
+    with pytest.raises(TypeError, match=r"map_fn: fn returned float64 at output\[1\] where "
+                       r"dtype= says int32"):
+        dcf.map_fn(lambda e: (e, e), xs, dtype=(f64, dcf.int32))
+    with pytest.raises(TypeError, match=r"map_fn: fn returned None; it must return a tensor"):
+        dcf.map_fn(lambda e: None, xs)
+
+
+def test_map_fn_python_numbers_take_dtypes_dtype(compiled, run_graph):
+    xs = np.array([1.0, 2.0])
+    out = dcf.map_fn(lambda e: (1.5, e * 2.0, 3), xs, dtype=(dcf.float64, dcf.float64, dcf.int64))
+    assert [t.dtype for t in out] == [dcf.float64, dcf.float64, dcf.int64]
+    got = run_graph(out, config=compiled)
+    np.testing.assert_array_equal(got[0], [1.5, 1.5])
+    np.testing.assert_array_equal(got[1], [2.0, 4.0])
+    np.testing.assert_array_equal(got[2], [3, 3])
+
 def test_map_fn_over_a_fed_batch_of_unknown_length(compiled, run_graph):
     x = dcf.placeholder(dcf.float32, (None, 2))
     out = dcf.map_fn(lambda r: r[1] - r[0], x)
