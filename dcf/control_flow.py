@@ -258,7 +258,7 @@ def cond(pred: Any, true_fn: Callable[[], Any], false_fn: Callable[[], Any],
                 if out is None:
                     raise TypeError(f"cond '{cname}': {'true' if branch else 'false'}_fn "
                                     "returned None; return the tensors the cond produces")
-                flat = [_branch_output(ctx, x) for x in nest.flatten(out)]
+                flat = [_branch_output(ctx, x, k) for k, x in enumerate(nest.flatten(out))]
             results.append((out, flat))
         (t_out, t_flat), (f_out, f_flat) = results
         diff = nest.structure_diff(t_out, f_out)
@@ -312,7 +312,9 @@ def _desc(x: Any) -> str:
     return "a TensorArray" if _is_ta(x) else str(x.type)
 
 
-def _branch_output(ctx: CondContext, x: Any) -> Any:
+def _branch_output(ctx: CondContext, x: Any, k: int) -> Any:
+    if x is None:
+        raise TypeError(f"{ctx.describe()} returned None at output[{k}]; return a tensor there")
     if _is_ta(x):
         return x._with_flow(ctx.capture(x.flow))
     if isinstance(x, Operation):
@@ -484,6 +486,9 @@ def while_loop(cond: Callable[..., Any], body: Callable[..., Any], loop_vars: An
             ctx._internal.update(body_in)
             ctx._pivot = body_in[0].op
             out = body(*_repack(structure, leaves, body_in))
+            if out is None:
+                raise TypeError(f"while_loop '{fname}': body returned None; it must return the "
+                                "loop vars' new values (a missing `return`?)")
             if single and nest.is_nested(out) and len(nest.flatten(out)) == 1:
                 out = nest.flatten(out)[0]
             elif not single and len(structure) == 1 and not nest.is_nested(out):
@@ -498,6 +503,8 @@ def while_loop(cond: Callable[..., Any], body: Callable[..., Any], loop_vars: An
                                  f"loop_vars:\n  * {diff}")
             results = []
             for k, (x, leaf) in enumerate(zip(nest.flatten(out_struct), leaves)):
+                if x is None:
+                    raise TypeError(f"while_loop '{fname}': body returned None for loop var {k}")
                 if _is_ta(leaf) != _is_ta(x):
                     raise TypeError(f"while_loop '{fname}': loop var {k} is "
                                     f"{'a TensorArray' if _is_ta(leaf) else 'a tensor'} but body "

@@ -214,7 +214,7 @@ def scan(fn: Callable[..., Any], elems: Any, initializer: Any = None,
             idx = (n - 1 - i) if reverse else i
             x = nest.pack_sequence_as(elems, [ta.read(idx) for ta in elem_tas])
             new = fn(acc, x)
-            new_flat = [convert_to_tensor(t) for t in nest.flatten(new)]
+            new_flat = _fn_outputs(new, "scan")
             return i + 1, new, [o.write(idx, t) for o, t in zip(outs, new_flat)]
 
         _, _, outs = while_loop(lambda i, *_: i < n, body,

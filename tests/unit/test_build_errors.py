@@ -117,6 +117,21 @@ def test_while_body_returning_another_structure_is_a_value_error():
         dcf.while_loop(lambda i, x: i < 3, lambda i, x: (i + 1, x, x), (0, 1.0))
 
 
+
+def test_none_from_a_body_branch_or_scan_fn_names_the_construct():
+    # these named an internal Const ("Const 'while/Const': cannot convert None")
+    x = dcf.constant([1.0, 2.0])
+    with pytest.raises(TypeError, match=r"while_loop 'w1': body returned None; it must return "
+                       r"the loop vars' new values \(a missing `return`\?\)"):
+        dcf.while_loop(lambda a: dcf.constant(True), lambda a: None, x, name="w1")
+    with pytest.raises(TypeError, match=r"while_loop 'w2': body returned None for loop var 1"):
+        dcf.while_loop(lambda i, a: i < 2, lambda i, a: (i + 1, None), (0, x), name="w2")
+    with pytest.raises(TypeError, match=r"cond 'c' \(true branch\) returned None at "
+                       r"output\[1\]; return a tensor there"):
+        dcf.cond(dcf.constant(True), lambda: (x, None), lambda: (x, x), name="c")
+    with pytest.raises(TypeError, match=r"scan: fn returned None; it must return a tensor"):
+        dcf.scan(lambda a, e: None, x)
+
 def test_while_loop_var_changing_dtype_is_a_type_error():
     with pytest.raises(
         TypeError,
