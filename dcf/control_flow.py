@@ -226,6 +226,8 @@ def cond(pred: Any, true_fn: Callable[[], Any], false_fn: Callable[[], Any],
     """
     if not callable(true_fn) or not callable(false_fn):
         raise TypeError("cond: true_fn and false_fn must be callables of no arguments")
+    _check_name(name, "cond", "strict", "dcf's cond has no strict= (it returns the "
+                "branches' structure as they return it, as TF1's strict=True): drop the argument")
     # built in pred's graph (the default one for a Python value), as any op of its inputs
     g = graph_of([pred])
     with g.as_default(), g.name_scope(name or "cond") as scope:
@@ -295,6 +297,14 @@ def cond(pred: Any, true_fn: Callable[[], Any], false_fn: Callable[[], Any],
         return nest.pack_sequence_as(t_out, merged)
 
 
+def _check_name(name: Any, what: str, tf1_arg: str, hint: str) -> None:
+    # the argument after the last positional one dcf shares with TF1 is `name` here but
+    # a bool in TF1 (cond's strict, case's exclusive): a ported positional call lands here
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"{what}: name must be a string, got {name!r}; TF1's {what} takes "
+                        f"{tf1_arg} in that position: {hint}")
+
+
 def _cond_ctx_factory(g: Any) -> Any:
     """Autodiff swaps in its own context classes while it builds gradient conds/loops."""
     return getattr(g, "_cond_ctx_class", None) or CondContext
@@ -339,6 +349,7 @@ def case(pred_fn_pairs: list, default: Callable[[], Any] | None = None,
     InvalidArgumentError when it runs (TF's rule: the last fn is not run on a false
     predicate).
     """
+    _check_name(name, "case", "exclusive", "pass it by keyword (exclusive=...)")
     pairs = list(pred_fn_pairs.items()) if isinstance(pred_fn_pairs, dict) else \
         list(pred_fn_pairs)
     if not pairs and default is None:

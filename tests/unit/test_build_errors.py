@@ -69,6 +69,19 @@ def test_cond_branch_returning_none_is_a_type_error_and_an_op_a_bool():
         dcf.cond(p, lambda: dcf.no_op(), lambda: dcf.constant(1.0))
 
 
+
+def test_cond_and_case_positional_bool_for_name_points_at_tf1s_argument():
+    # TF1's case(pairs, default, exclusive) and cond(pred, t, f, strict): ported
+    # positionally, the bool reached name_scope ("'bool' object has no attribute 'endswith'")
+    x = dcf.constant(1.0)
+    p = dcf.constant(True)
+    with pytest.raises(TypeError, match=r"case: name must be a string, got True; TF1's case "
+                       r"takes exclusive in that position: pass it by keyword \(exclusive="):
+        dcf.case([(p, lambda: x)], lambda: x, True)
+    with pytest.raises(TypeError, match=r"cond: name must be a string, got False; TF1's cond "
+                       r"takes strict in that position: dcf's cond has no strict="):
+        dcf.cond(p, lambda: x, lambda: x, False)
+
 def test_cond_pred_must_be_a_scalar_bool_tensor():
     with pytest.raises(
         TypeError,
