@@ -354,6 +354,14 @@ def case(pred_fn_pairs: list, default: Callable[[], Any] | None = None,
         list(pred_fn_pairs)
     if not pairs and default is None:
         raise ValueError("case needs at least one (pred, fn) pair or a default")
+    for k, pair in enumerate(pairs):
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise TypeError(f"case: pred_fn_pairs[{k}] must be a (pred, fn) pair, got {pair!r}")
+        if not callable(pair[1]):
+            raise TypeError(f"case: the fn of pred_fn_pairs[{k}] must be a callable of no "
+                            f"arguments, got {pair[1]!r}")
+    if default is not None and not callable(default):
+        raise TypeError(f"case: default must be a callable of no arguments, got {default!r}")
     g = graph_of([p for p, _ in pairs])
     with g.as_default(), g.name_scope(name or "case") as scope:
         if exclusive and len(pairs) > 1:

@@ -82,6 +82,22 @@ def test_cond_and_case_positional_bool_for_name_points_at_tf1s_argument():
                        r"takes strict in that position: dcf's cond has no strict="):
         dcf.cond(p, lambda: x, lambda: x, False)
 
+
+def test_case_arguments_that_are_not_pairs_or_callables_name_case():
+    # these raised "'Tensor' object is not callable", "tensor ... is not iterable" or
+    # named the cond case builds on
+    x = dcf.constant(1.0)
+    p = dcf.constant(True)
+    with pytest.raises(TypeError, match=r"case: default must be a callable of no arguments, "
+                       r"got <dcf.Tensor 'Const:0'"):
+        dcf.case([(p, lambda: x)], default=x)
+    with pytest.raises(TypeError, match=r"case: pred_fn_pairs\[1\] must be a \(pred, fn\) "
+                       r"pair, got <dcf.Tensor 'Const_1:0'"):
+        dcf.case([(p, lambda: x), p], default=lambda: x)
+    with pytest.raises(TypeError, match=r"case: the fn of pred_fn_pairs\[0\] must be a "
+                       r"callable of no arguments"):
+        dcf.case([(p, x)], default=lambda: x)
+
 def test_cond_pred_must_be_a_scalar_bool_tensor():
     with pytest.raises(
         TypeError,
