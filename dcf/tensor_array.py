@@ -191,8 +191,14 @@ class TensorArray:
 
     def concat(self, name: str | None = None) -> Tensor:
         """All elements joined along their first dimension."""
-        return apply("TensorArrayConcatV3", [self.handle, self.flow],
-                     name=name or "TensorArrayConcat", **self._attrs())[0]
+        out = apply("TensorArrayConcatV3", [self.handle, self.flow],
+                    name=name or "TensorArrayConcat", **self._attrs())[0]
+        es = self._cell.shape
+        if self._cell.size is not None and es and es[0] is not None and out.shape is not None:
+            # every element has the element shape: a fixed size known at build time times
+            # its first dimension is the result's (as TF's)
+            out._refine_shape((self._cell.size * es[0],) + tuple(out.shape[1:]))
+        return out
 
     def size(self, name: str | None = None) -> Tensor:
         """The number of elements (int32 scalar)."""

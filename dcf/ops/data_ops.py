@@ -413,8 +413,15 @@ register(OpDef("TensorArrayV3", kernel=_ta_create,
 register(OpDef("TensorArrayWriteV3", kernel=_ta_write, infer=lambda h, i, v, f: _FLOW))
 register(OpDef("TensorArrayReadV3", kernel=_ta_read,
                infer=lambda h, i, f, **kw: _elem_type(**kw)))
+def _gathered_type(indices: TensorType, *, dtype, element_shape, **_: Any) -> TensorType:
+    # a vector of indices of known length is the first dimension (as TF's)
+    ish = indices.shape
+    n = ish[0] if ish is not None and len(ish) == 1 else None
+    return TensorType(dtype, None if element_shape is None else (n,) + tuple(element_shape))
+
+
 register(OpDef("TensorArrayGatherV3", kernel=_ta_gather,
-               infer=lambda h, i, f, **kw: _stacked_type(**kw)))
+               infer=lambda h, i, f, **kw: _gathered_type(i, **kw)))
 register(OpDef("TensorArrayStack", kernel=_ta_stack,
                infer=lambda h, f, **kw: _stacked_type(**kw)))
 register(OpDef("TensorArrayScatterV3", kernel=_ta_scatter, infer=lambda h, i, v, f: _FLOW))

@@ -34,6 +34,27 @@ def test_write_read_size_stack(compiled, run_graph):
     assert ta.stack().shape == (3, 2)  # a fixed size known at build time, as TF
 
 
+
+def test_gather_and_concat_static_shapes_as_tf(compiled, run_graph):
+    # a gather's first dimension is its indices' length, a concat's the fixed size times
+    # the element's first dimension (TF1's static shapes); a gather was [?, 3], so a loop
+    # var entering as [2, 3] and set to a gather raised "[2,3] when it enters the loop but
+    # [?,3] after one iteration"
+    xs = np.arange(12.0).reshape(4, 3)
+    ta = dcf.TensorArray(dcf.float64, size=4, clear_after_read=False).unstack(xs)
+    assert ta.gather([1, 2]).shape == (2, 3)
+    assert ta.concat().shape == (12,)
+    parts = dcf.TensorArray(dcf.float64, size=2, element_shape=[None, 3]).unstack(
+        np.zeros((2, 2, 3)))
+    assert parts.concat().shape == (4, 3)
+    ragged = dcf.TensorArray(dcf.float64, size=2, element_shape=[None, 3], infer_shape=False)
+    assert ragged.unstack(np.zeros((2, 2, 3))).concat().shape == (None, 3)
+    out = dcf.while_loop(lambda i, a: i < 3,
+                         lambda i, a: (i + 1, ta.gather(dcf.stack([i, i + 1])) * 2.0),
+                         (0, np.zeros((2, 3))))[1]
+    assert out.shape == (2, 3)
+    np.testing.assert_array_equal(run_graph(out, config=compiled), xs[2:4] * 2.0)
+
 @given(shape=st.lists(st.integers(1, 4), min_size=1, max_size=3), data=st.data())
 @SETTINGS
 def test_unstack_gather_scatter_match_numpy(shape, data):
