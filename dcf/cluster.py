@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 
 from dcf.actors.codec import CodecError
-from dcf.actors.graphdef import encode_parts
+from dcf.actors.graphdef import ShippedObjects, encode_parts
 from dcf.actors.remote import (
     FEED,
     FETCH,
@@ -194,6 +194,8 @@ class _Client:
         self._step_base = secrets.randbits(30) << 32
         self._step_ids = itertools.count(1)
         self._plan_ids = itertools.count(1)
+        # (session, worker): the objects its py_funcs sent there (dcf/actors/graphdef.py)
+        self._shipped: dict[tuple[int, str], ShippedObjects] = {}
         self._stats_waiters: dict[int, asyncio.Future] = {}
         self._req = itertools.count(1)
         self._watch: asyncio.Task | None = None
@@ -406,7 +408,8 @@ class _Client:
         self.check_alive(by_worker)
         info = {}
         for name, parts in by_worker.items():
-            blob = encode_parts(parts)
+            blob = encode_parts(parts, self._shipped.setdefault((session, name),
+                                                                ShippedObjects()))
             self.transport.send_control(name, {"type": "plan", "plan": pid,
                                                "session": session, **settings}, blob)
             info[name] = {"feeds": sorted({k for p in parts for _, k in p["feeds"]}),
@@ -447,6 +450,8 @@ class _Client:
             st.future.cancel()
 
     def release(self, session: int) -> None:
+        for key in [k for k in self._shipped if k[0] == session]:
+            del self._shipped[key]
         for w in self.workers.values():
             if w.alive and w.name in self.transport.peers:
                 self.transport.send_control(w.name, {"type": "release", "session": session})

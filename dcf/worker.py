@@ -30,7 +30,7 @@ import numpy as np
 
 from dcf.actors.codec import CodecError
 from dcf.actors.device_actor import DeviceActor
-from dcf.actors.graphdef import decode_parts
+from dcf.actors.graphdef import ShippedObjects, decode_parts
 from dcf.actors.remote import (
     FEED,
     FETCH,
@@ -65,6 +65,8 @@ class _Client:
     sessions: dict[int, dict[str, DeviceActor]] = field(default_factory=dict)
     plans: dict[int, _Plan | BaseException] = field(default_factory=dict)
     steps: set[int] = field(default_factory=set)
+    # per session: what its py_funcs brought (their state lives on across its plans)
+    shipped: dict[int, ShippedObjects] = field(default_factory=dict)
 
 
 class WorkerHost:
@@ -298,7 +300,7 @@ class WorkerHost:
                 raise InvalidArgumentError("plan message without its graph")
             actors = c.sessions.setdefault(sid, {})
             built = []
-            for prt in decode_parts(blob):
+            for prt in decode_parts(blob, c.shipped.setdefault(sid, ShippedObjects())):
                 dev = prt["device"]
                 actor = actors.get(dev)
                 if actor is None:
@@ -332,6 +334,7 @@ class WorkerHost:
     def _h_release(self, c: _Client, msg: dict, blob: bytes | None) -> None:
         sid = int(msg["session"])
         c.sessions.pop(sid, None)
+        c.shipped.pop(sid, None)
         for pid in [p for p, pl in c.plans.items()
                     if not isinstance(pl, BaseException) and pl.session == sid]:
             del c.plans[pid]

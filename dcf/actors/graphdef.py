@@ -12,17 +12,25 @@ travel as extension types::
     5 slice         msgpack [start, stop, step]
     6 Ellipsis
     7 dcf record    msgpack [module, class name, [field values]]   (dataclasses of dcf.*)
-    8 callable      cloudpickle bytes                        (py_func's fn, nothing else)
+    8 callable      its index in the description's callables (py_func's fn, nothing else)
     9 numpy dtype   dtype.str
 
-Only the callable of a py_func is pickled; it travels on the authenticated control
-channel. Decoding rebuilds records only for dataclasses defined in ``dcf`` modules.
+Only the callables of py_funcs are pickled: all of a description's in one cloudpickle
+stream, so that two py_funcs sharing an object (an environment's `reset` and `step`)
+share one copy of it on the worker, and each object a session already sent to that worker
+(a `ShippedObjects` on both ends) goes as a reference to the worker's copy, so that a
+py_func's state outlives the plan that first shipped it (a run fetching something else).
+They travel on the authenticated control channel. Decoding rebuilds records only for
+dataclasses defined in ``dcf`` modules.
 """
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import importlib
+import io
+import pickle
 import os
 import sys
 import sysconfig
@@ -35,7 +43,7 @@ from dcf import dtypes
 from dcf.ops.registry import OPS, Kind
 from dcf.plan import PNode
 
-__all__ = ["GraphDefError", "RemoteOp", "decode_parts", "encode_parts"]
+__all__ = ["GraphDefError", "RemoteOp", "ShippedObjects", "decode_parts", "encode_parts"]
 
 _ND, _NPSCALAR, _DTYPE, _TUPLE, _SLICE, _ELLIPSIS, _RECORD, _CALLABLE, _NPDTYPE = range(1, 10)
 _PICKLED_ATTRS = frozenset({("PyFunc", "fn"), ("PyFuncStateless", "fn")})
@@ -43,6 +51,22 @@ _PICKLED_ATTRS = frozenset({("PyFunc", "fn"), ("PyFuncStateless", "fn")})
 
 class GraphDefError(ValueError):
     """A partition cannot be described for a worker, or a description is malformed."""
+
+
+class ShippedObjects:
+    """The objects that py_func callables brought to one worker for one session.
+
+    On the client: ``sent`` maps id(obj) to (token, obj) for every object pickled so far
+    (holding obj keeps the id its own); on the worker: ``objs`` maps a token to the
+    worker's copy. A token is (stream, memo index): the memo indices of pickle's writer
+    and reader agree, so both ends name each object of a stream alike."""
+
+    __slots__ = ("objs", "sent", "streams")
+
+    def __init__(self) -> None:
+        self.sent: dict[int, tuple[tuple[int, int], Any]] = {}
+        self.objs: dict[tuple[int, int], Any] = {}
+        self.streams = 0
 
 
 class RemoteOp:
@@ -68,6 +92,8 @@ class _Encoder:
     def __init__(self, where: str) -> None:
         self.where = where           # "Type 'name'" of the op being encoded, for errors
         self.allow_callable = False
+        self.callables: list[Any] = []
+        self.callable_ops: list[str] = []    # "Type 'name'" of each callable's op
         self._packer = msgpack.Packer(default=self._default, use_bin_type=True,
                                       strict_types=True)
 
@@ -117,7 +143,9 @@ class _Encoder:
             vals = [getattr(obj, f.name) for f in dataclasses.fields(obj)]
             return msgpack.ExtType(_RECORD, self._sub([cls.__module__, cls.__qualname__, vals]))
         if callable(obj) and self.allow_callable:
-            return msgpack.ExtType(_CALLABLE, _pickle_callable(obj))
+            self.callables.append(obj)
+            self.callable_ops.append(self.where)
+            return msgpack.ExtType(_CALLABLE, self._sub(len(self.callables) - 1))
         raise GraphDefError(
             f"{self.where}: attribute value {obj!r:.80} of type {cls.__name__} cannot be "
             "shipped to a worker")
@@ -127,20 +155,64 @@ class _Encoder:
                               strict_types=True).pack(obj)
 
 
-def _pickle_callable(fn: Any) -> bytes:
+def _pickle_callables(fns: list, shipped: ShippedObjects | None) -> tuple[int, bytes]:
+    """`fns` in one stream, and the stream's number; what `shipped` says the worker has
+    goes by reference."""
     import cloudpickle
 
+    class _Pickler(cloudpickle.Pickler):
+        def persistent_id(self, obj: Any) -> Any:
+            hit = sent.get(id(obj))
+            return None if hit is None else hit[0]
+
+    sent = shipped.sent if shipped is not None else {}
     # Functions of the user's own modules (a test file, a script's helper module) may not
     # be importable on the worker: send those by value. Library functions go by reference.
-    mod = sys.modules.get(getattr(fn, "__module__", None) or "")
-    by_value = mod is not None and mod.__name__ != "__main__" and _is_user_module(mod)
-    if by_value:
+    mods = []
+    for fn in fns:
+        mod = sys.modules.get(getattr(fn, "__module__", None) or "")
+        if (mod is not None and mod.__name__ != "__main__" and _is_user_module(mod)
+                and mod not in mods):
+            mods.append(mod)
+    for mod in mods:
         cloudpickle.register_pickle_by_value(mod)
     try:
-        return cloudpickle.dumps(fn)
+        buf = io.BytesIO()
+        pickler = _Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL)
+        pickler.dump(fns)
     finally:
-        if by_value:
+        for mod in mods:
             cloudpickle.unregister_pickle_by_value(mod)
+    stream = 0
+    if shipped is not None:
+        stream = shipped.streams
+        shipped.streams += 1
+        for key, (idx, obj) in pickler.memo.copy().items():
+            sent[key] = ((stream, idx), obj)
+    return stream, buf.getvalue()
+
+
+def _unpickle_callables(data: bytes, stream: int, shipped: ShippedObjects | None) -> list:
+    import cloudpickle  # noqa: F401 - what the stream's reducers import
+
+    objs = shipped.objs if shipped is not None else {}
+
+    class _Unpickler(pickle.Unpickler):
+        def persistent_load(self, pid: Any) -> Any:
+            try:
+                return objs[tuple(pid)]
+            except (KeyError, TypeError):
+                raise GraphDefError(
+                    f"a py_func refers to object {pid!r} of an earlier description that "
+                    "this worker does not have (did that description fail to load?)"
+                    ) from None
+
+    up = _Unpickler(io.BytesIO(data))
+    fns = up.load()
+    if shipped is not None:
+        for idx, obj in up.memo.copy().items():
+            objs[(stream, idx)] = obj
+    return fns
 
 
 _LIB_DIRS = tuple({os.path.realpath(p) for p in (
@@ -159,13 +231,14 @@ def _is_user_module(mod: Any) -> bool:
     return not any(path.startswith(d + os.sep) for d in _LIB_DIRS)
 
 
-def encode_parts(parts: list[dict]) -> bytes:
+def encode_parts(parts: list[dict], shipped: ShippedObjects | None = None) -> bytes:
     """Describe partitions for a worker.
 
     Each item of `parts` is ``{"device": str, "nodes": [PNode], "feeds": [(PNode, k)],
     "fetches": [(PNode, out, k)], "frame_parents": {frame: (parent, pi)}}``, as the
     partitioner made them. Raises GraphDefError naming the op whose attributes or
-    kernel cannot be rebuilt on a worker.
+    kernel cannot be rebuilt on a worker. `shipped`: what this session already sent to
+    the worker (the objects py_funcs captured), updated with what this description sends.
     """
     enc = _Encoder("graph")
     out = []
@@ -213,7 +286,21 @@ def encode_parts(parts: list[dict]) -> bytes:
             "frame_parents": {f: [par, int(pi)] for f, (par, pi) in
                               prt["frame_parents"].items()},
         })
-    return msgpack.packb(out, use_bin_type=True)
+    fns, stream = None, 0
+    if enc.callables:
+        try:
+            stream, fns = _pickle_callables(enc.callables, shipped)
+        except Exception as e:  # noqa: BLE001 - whatever a closure holds (a lock, a socket)
+            for fn, where in zip(enc.callables, enc.callable_ops):   # name the op
+                try:
+                    _pickle_callables([fn], None)
+                except Exception as e1:  # noqa: BLE001
+                    raise GraphDefError(f"{where}: cannot describe it for a worker: {e1}"
+                                        ) from e1
+            raise GraphDefError(f"py_funcs {', '.join(enc.callable_ops)}: cannot describe "
+                                f"them for a worker: {e}") from e
+    return msgpack.packb({"parts": out, "callables": fns, "stream": stream},
+                         use_bin_type=True)
 
 
 # ------------------------------------------------------------------- decoding
@@ -247,9 +334,7 @@ def _ext_hook(code: int, data: bytes) -> Any:
             raise GraphDefError(f"{module}.{qualname} is not a dcf record")
         return cls(*vals)
     if code == _CALLABLE:
-        import cloudpickle
-
-        return cloudpickle.loads(data)
+        return _CALLABLES.get()[_unpack(data)]
     raise GraphDefError(f"unknown extension type {code}")
 
 
@@ -265,13 +350,23 @@ def _unpack(data: bytes) -> Any:
                            use_list=True)
 
 
-def decode_parts(blob: bytes) -> list[dict]:
+_CALLABLES: contextvars.ContextVar[list] = contextvars.ContextVar("dcf_callables")
+
+
+def decode_parts(blob: bytes, shipped: ShippedObjects | None = None) -> list[dict]:
     """Rebuild what `encode_parts` described: per partition ``{"device", "nodes",
     "feeds": [(PNode, k)], "fetches": [(PNode, out, k)], "frame_parents"}`` with fresh
-    feed PNodes and kernels bound from this process's OPS table."""
+    feed PNodes and kernels bound from this process's OPS table. `shipped`: the objects
+    the session's earlier descriptions brought (see `encode_parts`)."""
     try:
         raw = msgpack.unpackb(blob, raw=False, strict_map_key=False, use_list=True)
-        return [_decode_part(p) for p in raw]
+        fns = raw["callables"]
+        token = _CALLABLES.set(
+            [] if fns is None else _unpickle_callables(fns, int(raw["stream"]), shipped))
+        try:
+            return [_decode_part(p) for p in raw["parts"]]
+        finally:
+            _CALLABLES.reset(token)
     except GraphDefError:
         raise
     except Exception as e:  # malformed description: say so, never crash the worker
