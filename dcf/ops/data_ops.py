@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import sys
+import warnings
 from typing import Any, Callable
 
 import numpy as np
@@ -516,8 +517,13 @@ def _py_func_outputs(result: Any, tout: list, fn_name: str) -> Any:
     for k, (v, dt) in enumerate(zip(outs, tout)):
         try:
             src = v if isinstance(v, (np.ndarray, np.generic)) else np.asarray(v)
-            with np.errstate(invalid="ignore", over="ignore"):   # checked just below
-                arr = np.array(src, dtype=dt.np)      # (a copy, always)
+            what = _NOT_NUMBERS.get(src.dtype.kind)
+            if what is not None:
+                # numpy would parse "12" or b"12" as a number, or take a date's count
+                raise TypeError(f"{what} is not a number ({src.dtype})")
+            with np.errstate(invalid="ignore", over="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore", np.exceptions.ComplexWarning)
+                arr = np.array(src, dtype=dt.np)      # (a copy, always; checked below)
         except (TypeError, ValueError, OverflowError) as e:
             raise InvalidArgumentError(
                 f"py_func {fn_name} output {k} ({type(v).__name__}) cannot be converted to "
@@ -529,6 +535,10 @@ def _py_func_outputs(result: Any, tout: list, fn_name: str) -> Any:
                 f"that dtype")
         conv.append(arr[()] if arr.ndim == 0 else arr)
     return conv[0] if len(conv) == 1 else tuple(conv)
+
+
+_NOT_NUMBERS = {"U": "a str", "S": "a bytes value", "V": "a record", "M": "a datetime64",
+                "m": "a timedelta64"}
 
 
 def _short(v: Any) -> str:

@@ -116,16 +116,25 @@ def as_value(value: Any, dtype: dtypes.DType) -> Any:
 
 def changed_by_cast(value: Any, arr: Any, dt: dtypes.DType) -> bool:
     """Whether converting `value` to `arr` (of `dt`) changed a value: a fractional or
-    non-finite float made an int, an int wrapped around, a number other than 0/1 made a
-    bool. Widening and float rounding (as TensorFlow allows) are not changes."""
+    non-finite float made an int, an int out of the dtype's range (wrapped around), a
+    number other than 0/1 made a bool, a complex number's imaginary part dropped.
+    Widening and float rounding (as TensorFlow allows) are not changes."""
+    src = value if isinstance(value, (np.ndarray, np.generic)) else np.asarray(value)
+    if src.dtype.kind == "c":
+        if np.any(src.imag != 0):
+            return True
+        src = src.real
     if not (dt.is_integer or dt.is_bool):
         return False
-    src = value if isinstance(value, (np.ndarray, np.generic)) else np.asarray(value)
     kind = src.dtype.kind
     if kind not in "iuf" or src.dtype == arr.dtype:
         return False
     if dt.is_bool:
         return bool(np.any((src != 0) & (src != 1)))
+    if kind in "iu":
+        # (a round trip misses a wrap between a signed and an unsigned type of one width)
+        info = np.iinfo(dt.np)
+        return src.size > 0 and (int(src.min()) < info.min or int(src.max()) > info.max)
     with np.errstate(invalid="ignore", over="ignore"):
         return not np.array_equal(np.asarray(arr).astype(src.dtype), src)
 

@@ -179,3 +179,29 @@ def test_py_func_returning_none(path):
                                      r"declares \d value"):
                 sess.run(op, options=_opts(path))
         np.testing.assert_array_equal(sess.run(ok, options=_opts(path)), [2.0, 4.0])
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_py_func_outputs_that_converting_to_tout_would_change_are_errors(path):
+    """A complex number's imaginary part, an unsigned int past the signed range (it
+    wrapped to -2**63), text parsed as a number or a date taken as its day count were
+    converted silently; TF1's py_func refuses all of them (it checks the dtype)."""
+    bad = [(lambda: np.complex128(1 + 2j), dcf.float32, "change its value"),
+           (lambda: np.array([1 + 0j, 2j]), dcf.int32, "change its value"),
+           (lambda: np.uint64(2**63), dcf.int64, "change its value"),
+           (lambda: np.array([2**64 - 1], np.uint64), dcf.int64, "change its value"),
+           (lambda: "12", dcf.int64, "a str is not a number"),
+           (lambda: np.array(["1.5", "2"]), dcf.float32, "a str is not a number"),
+           (lambda: b"12", dcf.int32, "a bytes value is not a number"),
+           (lambda: np.datetime64("2020-01-01"), dcf.int64, "a datetime64 is not a number")]
+    ok = [(lambda: np.complex64(3 + 0j), dcf.float32, 3.0),
+          (lambda: np.uint64(2**40), dcf.int64, 2**40),
+          (lambda: np.array([1, 2], dtype=object), dcf.int32, [1, 2])]
+    outs = [dcf.py_func(f, [], dt, name=f"bad{k}") for k, (f, dt, _) in enumerate(bad)]
+    goods = [dcf.py_func(f, [], dt) for f, dt, _ in ok]
+    with _session(path) as sess:
+        for k, (out, (_, _, match)) in enumerate(zip(outs, bad)):
+            with pytest.raises(InvalidArgumentError, match=rf"PyFunc 'bad{k}'.*{match}"):
+                sess.run(out, options=_opts(path))
+        for out, (_, _, want) in zip(goods, ok):
+            np.testing.assert_array_equal(sess.run(out, options=_opts(path)), want)

@@ -287,3 +287,14 @@ def test_python_bool_of_a_tensor_is_refused_with_a_hint():
     ):
         if x > 0.0:
             pass
+
+
+def test_constant_of_an_unsigned_int_past_the_signed_range_is_refused():
+    """uint64 2**63 as an int64 wrapped to -2**63 (the value round-trips, so the check
+    missed it); an in-range one is converted."""
+    with pytest.raises(TypeError, match=r"Const 'big'.*would change its value"):
+        dcf.constant(np.uint64(2**63), dtype=dcf.int64, name="big")
+    with pytest.raises(TypeError, match=r"would change its value"):
+        dcf.constant(np.array([1, 2**64 - 1], np.uint64), dtype=dcf.int64)
+    with dcf.Session() as sess:
+        assert sess.run(dcf.constant(np.uint64(2**40), dtype=dcf.int64)) == 2**40
