@@ -344,7 +344,16 @@ def _module_function(fn: Any) -> Any:
             return out
         return _wrap(r)
     f.__name__ = getattr(fn, "__name__", "f")
+    if isinstance(fn, _np.ufunc):
+        f.at = _ufunc_at(fn)    # (cupy's ufuncs have `at`: xp.add.at(a, indices, b))
     return f
+
+
+def _ufunc_at(fn: Any) -> Any:
+    def at(a: Any, indices: Any, b: Any = None) -> None:
+        # in place on the device array's own buffer, as cupy's; host arrays refused
+        fn.at(_strict(a), _strict(indices), *(() if b is None else (_strict(b),)))
+    return at
 
 
 class _Namespace(types.ModuleType):
