@@ -439,6 +439,15 @@ class Variable:
         if g._ctx is not None:
             # Created inside a cond/while body (an RNN cell's first call): the variable
             # itself lives outside any frame; reads inside enter it as a loop constant.
+            # Its initializer runs outside too, so an initial value computed inside the
+            # body cannot reach it (TF1 refuses it alike): a callable is built outside.
+            if isinstance(initial_value, Tensor) and initial_value.op.ctx is not None:
+                raise ValueError(
+                    f"Variable '{g._scope}{name or 'Variable'}': the initial value "
+                    f"'{initial_value.name}' was computed inside "
+                    f"{initial_value.op.ctx.describe()}, where the variable's initializer "
+                    "cannot use it; to create a variable inside a cond or while_loop body, "
+                    "pass its initial value as a lambda (or a Python/numpy value)")
             with g._control_flow_context(None):
                 self.__init__(initial_value, name=name, trainable=trainable, dtype=dtype,
                               validate_shape=validate_shape)

@@ -47,3 +47,45 @@ def test_scatter_add_in_a_loop_on_a_stand_in_gpu_as_on_the_cpu(fake_gpus):
             assert count == 20 + 100 * 10
             assert after == 1020 + sum(rows)
 
+
+def test_a_variable_made_in_a_body_from_a_tensor_of_the_body_names_the_variable():
+    # TF1 refuses it too ("use a lambda as the initial_value"); dcf's error named the
+    # initializer's AssignVariableOp 'Assign' and said to use the loop's outputs
+    import pytest
+
+    def body(i):
+        w = dcf.Variable(dcf.zeros([2], dtype=dcf.float64), name="w")
+        return i + dcf.cast(dcf.reduce_sum(w), dcf.int32) + 1
+
+    with dcf.Graph().as_default():
+        with pytest.raises(ValueError, match=r"Variable 'while/w'.*inside while_loop "
+                           r"'while'.*lambda"):
+            dcf.while_loop(lambda i: i < 3, body, [dcf.constant(0)])
+    p = dcf.placeholder(dcf.bool, ())
+    with pytest.raises(ValueError, match=r"Variable 'cond/w'.*inside cond 'cond'.*lambda"):
+        dcf.cond(p, lambda: dcf.Variable(dcf.ones([2]) * 2.0, name="w").read_value(),
+                 lambda: dcf.zeros([2]))
+
+
+def test_a_variable_made_in_a_body_from_a_lambda_or_a_constant_is_lifted():
+    p = dcf.placeholder(dcf.bool, ())
+    made = []
+
+    def branch():
+        w = dcf.Variable(lambda: dcf.ones([2], dtype=dcf.float64) * 2.0, name="w")
+        made.append(w)
+        return dcf.reduce_sum(w)
+
+    y = dcf.cond(p, branch, lambda: dcf.constant(np.float64(0.0)))
+
+    def body(i):
+        u = dcf.Variable(np.int32(3), name="u")
+        return i + u
+
+    out = dcf.while_loop(lambda i: i < 10, body, [dcf.constant(0)])
+    assert [v.name for v in dcf.global_variables()] == ["cond/w", "while/u"]
+    with dcf.Session() as sess:
+        sess.run(dcf.global_variables_initializer())
+        assert sess.run(y, {p: True}) == 4.0
+        assert sess.run(y, {p: False}) == 0.0
+        assert sess.run(out) == 12
