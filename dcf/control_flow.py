@@ -329,8 +329,9 @@ def _branch_output(ctx: CondContext, x: Any, k: int) -> Any:
         return x._with_flow(ctx.capture(x.flow))
     if isinstance(x, Operation):
         # TF's rule: an op stands as the branch's pivot run after it (a bool tensor whose
-        # value is the branch taken), so `cond(p, lambda: train_op, dcf.no_op)` runs
-        # train_op only when p holds
+        # value is the branch taken), so `cond(p, lambda: opt.apply_gradients(g), no_op)`
+        # runs the update only when p holds; an op built before the cond runs on either
+        # branch, as in TF1 (the branch only waits for it)
         if x.graph is not ctx._pivot.graph:
             raise ValueError(f"{ctx.describe()}: a branch returned the op '{x.name}' of "
                              "another graph")

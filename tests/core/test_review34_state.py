@@ -89,3 +89,26 @@ def test_a_variable_made_in_a_body_from_a_lambda_or_a_constant_is_lifted():
         assert sess.run(y, {p: True}) == 4.0
         assert sess.run(y, {p: False}) == 0.0
         assert sess.run(out) == 12
+
+
+def test_an_update_built_before_a_cond_runs_on_either_branch_as_in_tf1():
+    # docs/from-tf1.md said `cond(p, lambda: train_op, no_op)` runs train_op only when p
+    # holds; as in TF1 (checked with tensorflow.compat.v1), an op or tensor built before
+    # the cond runs whichever branch is taken, and one built inside the branch only there
+    v = dcf.Variable(np.float64(0.0), name="v")
+    p = dcf.placeholder(dcf.bool, ())
+    before = v.assign_add(10.0).op
+    a = v.assign_add(1.0)
+    outside_op = dcf.cond(p, lambda: before, dcf.no_op)
+    outside_tensor = dcf.cond(p, lambda: a, lambda: dcf.constant(np.float64(-1.0)))
+    inside = dcf.cond(p, lambda: v.assign_add(100.0).op, dcf.no_op)
+    with dcf.Session() as sess:
+        sess.run(v.initializer)
+        assert not sess.run(outside_op, {p: False})
+        assert sess.run(v) == 10.0
+        assert sess.run(outside_tensor, {p: False}) == -1.0
+        assert sess.run(v) == 11.0
+        assert not sess.run(inside, {p: False})
+        assert sess.run(v) == 11.0
+        assert sess.run(inside, {p: True})
+        assert sess.run(v) == 111.0
