@@ -5,6 +5,7 @@ v1 and resource variables, float64) where TF1 orders the same updates."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import dcf
 
@@ -51,8 +52,6 @@ def test_scatter_add_in_a_loop_on_a_stand_in_gpu_as_on_the_cpu(fake_gpus):
 def test_a_variable_made_in_a_body_from_a_tensor_of_the_body_names_the_variable():
     # TF1 refuses it too ("use a lambda as the initial_value"); dcf's error named the
     # initializer's AssignVariableOp 'Assign' and said to use the loop's outputs
-    import pytest
-
     def body(i):
         w = dcf.Variable(dcf.zeros([2], dtype=dcf.float64), name="w")
         return i + dcf.cast(dcf.reduce_sum(w), dcf.int32) + 1
