@@ -189,6 +189,12 @@ class AsyncSession:
         if config is not None and not isinstance(config, SessionConfig):
             raise TypeError(f"Session(config=...) takes a dcf.SessionConfig, got "
                             f"{_short(config)}")
+        if cluster is not None:
+            from dcf.cluster import Cluster
+
+            if not isinstance(cluster, Cluster):
+                raise TypeError(f"Session(cluster=...) takes a dcf.Cluster, got "
+                                f"{_short(cluster)}")
         self.graph = graph or get_default_graph()
         self.cluster = cluster
         self.config = config or SessionConfig()
@@ -784,6 +790,11 @@ def _convert_feeds(feed_dict: dict | None, graph: Graph) -> tuple[list, list]:
             raise InvalidArgumentError(
                 f"{k.op.type} '{k.op.name}': fed a value of shape {list(got)}, expected "
                 f"{[d if d is not None else None for d in shp]}")
+        if k in tensors:
+            # fed twice (as the tensor and by its name): the later value is the one fed, as
+            # in TF1, and the one a fetch of it returns
+            values[tensors.index(k)] = val
+            continue
         tensors.append(k)
         values.append(val)
     return tensors, values
