@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 from typing import Any, Callable, Iterator
 
 
@@ -9,9 +10,18 @@ def is_nested(x: Any) -> bool:
     return isinstance(x, (list, tuple, dict))
 
 
+def _keys(d: dict) -> list:
+    """A dict's keys in flatten's order: sorted, or where they do not sort (keys of mixed
+    types: {1: a, "b": c}) by type and repr -- still independent of insertion order."""
+    try:
+        return sorted(d)
+    except TypeError:
+        return sorted(d, key=lambda k: (type(k).__module__, type(k).__qualname__, repr(k)))
+
+
 def _children(x: Any) -> list:
     if isinstance(x, dict):
-        return [x[k] for k in sorted(x)]
+        return [x[k] for k in _keys(x)]
     return list(x)
 
 
@@ -42,7 +52,9 @@ def _pack(s: Any, it: Iterator) -> Any:
         except StopIteration:
             raise ValueError("pack_sequence_as: too few leaves") from None
     if isinstance(s, dict):
-        vals = {k: _pack(s[k], it) for k in sorted(s)}
+        vals = {k: _pack(s[k], it) for k in _keys(s)}
+        if isinstance(s, collections.defaultdict):     # (its first argument: the factory)
+            return type(s)(s.default_factory, ((k, vals[k]) for k in s))
         return type(s)((k, vals[k]) for k in s)
     items = [_pack(c, it) for c in s]
     if isinstance(s, tuple) and hasattr(s, "_fields"):
@@ -69,9 +81,9 @@ def structure_diff(a: Any, b: Any, path: str = "") -> str | None:
     if isinstance(a, dict) != isinstance(b, dict):
         return f"at {path or 'top level'}: {_kind(a)} vs {_kind(b)}"
     if isinstance(a, dict):
-        if sorted(a) != sorted(b):
-            return f"at {path or 'top level'}: keys {sorted(a)} vs {sorted(b)}"
-        keys = sorted(a)
+        if _keys(a) != _keys(b):
+            return f"at {path or 'top level'}: keys {_keys(a)} vs {_keys(b)}"
+        keys = _keys(a)
         pairs = [(f"{path}[{k!r}]", a[k], b[k]) for k in keys]
     else:
         if len(a) != len(b):

@@ -1,9 +1,10 @@
-"""Session arguments and feeds from review 34 (options and run arguments): a cluster
-argument that is no dcf.Cluster, and a tensor fed twice in one feed_dict (as itself and
-by its name)."""
+"""Session arguments, feeds and fetches from review 34 (options and run arguments): a
+cluster argument that is no dcf.Cluster, a tensor fed twice in one feed_dict (as itself
+and by its name), and fetch dicts whose keys do not sort or that are defaultdicts."""
 
 from __future__ import annotations
 
+import collections
 import gc
 import sys
 
@@ -40,3 +41,27 @@ def test_a_tensor_fed_twice_takes_the_later_value_for_its_fetch_and_its_consumer
         fx, fz = sess.run([x, z], {"x:0": [3.0, 4.0], x: [1.0, 2.0]})
         np.testing.assert_array_equal(fx, [1.0, 2.0])
         np.testing.assert_array_equal(fz, [3.0, 5.0])
+
+
+def test_fetch_dicts_with_keys_of_mixed_types_and_defaultdicts(compiled):
+    # (TF1's Session takes both: its fetch structures are not sorted by key)
+    x = dcf.placeholder(dcf.float32, [2], name="x")
+    y = x * 2.0
+    z = y + 1.0
+    op = dcf.no_op()
+    fetches = collections.defaultdict(list)
+    fetches["ys"].append(y)
+    fetches["ys"].append(z)
+    fetches["ops"].append(op)
+    with dcf.Session(config=compiled) as sess:
+        got = sess.run({1: y, "a": z, (0, 1): [op, {2: z, "b": y}]}, {x: [1.0, 2.0]})
+        assert list(got) == [1, "a", (0, 1)]    # (the caller's order, and its values)
+        np.testing.assert_array_equal(got[1], [2.0, 4.0])
+        np.testing.assert_array_equal(got["a"], [3.0, 5.0])
+        assert got[(0, 1)][0] is None
+        np.testing.assert_array_equal(got[(0, 1)][1][2], [3.0, 5.0])
+        np.testing.assert_array_equal(got[(0, 1)][1]["b"], [2.0, 4.0])
+        got = sess.run(fetches, {x: [1.0, 2.0]})
+    assert type(got) is collections.defaultdict and got.default_factory is list
+    np.testing.assert_array_equal(got["ys"][1], [3.0, 5.0])
+    assert got["ops"] == [None] and got["missing"] == []
