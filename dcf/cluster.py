@@ -865,7 +865,9 @@ class Cluster:
             return local, None
         settings = {"compile": bool(config.compile_frames),
                     "gpu_memory_limit": config.gpu_memory_limit,
-                    "swap_threshold": float(config.swap_threshold)}
+                    "swap_threshold": float(config.swap_threshold),
+                    "intra_op_threads": None if config.intra_op_threads is None
+                    else int(config.intra_op_threads)}
         return local, client.ship(session, by_worker, settings)
 
     def _release(self, session: int) -> None:

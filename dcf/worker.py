@@ -298,6 +298,12 @@ class WorkerHost:
         try:
             if blob is None:
                 raise InvalidArgumentError("plan message without its graph")
+            threads = msg.get("intra_op_threads")
+            if isinstance(threads, int) and threads >= 1:
+                # the session's BLAS threads, here too (process-wide, as in the client)
+                from dcf import blas
+
+                blas.set_threads(threads)
             actors = c.sessions.setdefault(sid, {})
             built = []
             for prt in decode_parts(blob, c.shipped.setdefault(sid, ShippedObjects())):
