@@ -11,7 +11,7 @@ import json
 import os
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from collections.abc import Mapping
 from typing import Any, Iterator
 
@@ -44,6 +44,15 @@ def _number(owner: str, name: str, v: Any) -> bool:
     return True
 
 
+def _plain_numbers(options: Any) -> None:
+    """numpy scalars among a (checked) dataclass's fields become Python's own: those sent
+    to cluster workers must be msgpack data."""
+    for f in fields(options):
+        v = getattr(options, f.name)
+        if isinstance(v, np.generic):
+            setattr(options, f.name, v.item())
+
+
 @dataclass
 class RunOptions:
     """Per-run options: `trace` records a timeline; `timeout_s` bounds the run."""
@@ -58,6 +67,7 @@ class RunOptions:
         if t is not None and _number("RunOptions", "timeout_s", t) and not t > 0:  # (nan too)
             raise ValueError(f"RunOptions(timeout_s={t!r}): give seconds > 0, or None for "
                              "no limit")
+        _plain_numbers(self)    # (a cluster run sends them to its workers)
 
 
 _NO_OPTIONS = RunOptions()     # (a run without options: made once, not checked per run)
@@ -135,6 +145,7 @@ class SessionConfig:
         if n is not None and n < 1:
             raise ValueError(f"SessionConfig(intra_op_threads={n!r}): give a number of "
                              "threads >= 1, or None to leave BLAS's setting alone")
+        _plain_numbers(self)    # (a cluster session sends them to its workers)
 
 
 @dataclass

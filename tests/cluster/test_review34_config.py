@@ -1,5 +1,6 @@
 """A cluster Session's SessionConfig on its workers (review 34): intra_op_threads, which a
-session in one process sets process-wide, sets the workers' BLAS threads too."""
+session in one process sets process-wide, sets the workers' BLAS threads too; and
+options given as numpy scalars (which SessionConfig and RunOptions take) reach them."""
 
 from __future__ import annotations
 
@@ -32,3 +33,18 @@ def test_intra_op_threads_is_the_workers_blas_threads_too():
         with dcf.Session(cluster=cluster,
                          config=dcf.SessionConfig(intra_op_threads=None)) as sess:
             assert sess.run(threads) == 1   # (None leaves it alone)
+
+
+def test_options_given_as_numpy_scalars_work_on_a_cluster():
+    with dcf.device("/job:worker/task:0/cpu:0"):
+        out = dcf.constant(1.0) * 2.0
+    config = dcf.SessionConfig(gpu_memory_limit=np.int64(2**30), swap_threshold=np.float32(0.5),
+                               heartbeat_timeout_s=np.float64(4.0), intra_op_threads=np.int32(1),
+                               compile_frames=np.bool_(True), fuse_devices=np.bool_(False))
+    with dcf.Cluster.local(1) as cluster, dcf.Session(cluster=cluster, config=config) as sess:
+        md = dcf.RunMetadata()
+        options = dcf.RunOptions(trace=np.bool_(True), timeout_s=np.float32(30.0))
+        assert sess.run(out, options=options, run_metadata=md) == 2.0
+        assert md.trace
+        assert cluster._client.transport.heartbeat_timeout_s == 4.0
+    assert all(type(getattr(config, k)) in (int, float, bool) for k in vars(config))
