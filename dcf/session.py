@@ -790,7 +790,13 @@ def _convert_feeds(feed_dict: dict | None, graph: Graph) -> tuple[list, list]:
         if _output_frame(k.op) is not None:
             raise InvalidArgumentError(f"cannot feed '{k.name}': it lives inside a loop frame")
         try:
-            val = as_value(v, k.dtype) if not getattr(v, "__cuda_array_interface__", None) else v
+            if not getattr(v, "__cuda_array_interface__", None):
+                val = as_value(v, k.dtype)
+            elif v.dtype != k.dtype.np:
+                with v.device:      # a GPU array, converted as a host one is, where it is
+                    val = v.astype(k.dtype.np)
+            else:
+                val = v
         except (TypeError, ValueError, OverflowError) as e:
             raise TypeError(f"{k.op.type} '{k.op.name}': cannot feed {type(v).__name__} as "
                             f"{k.dtype}: {e}") from None

@@ -1,6 +1,7 @@
 """Session arguments, feeds and fetches from review 34 (options and run arguments): a
 cluster argument that is no dcf.Cluster, a tensor fed twice in one feed_dict (as itself
-and by its name), and fetch dicts whose keys do not sort or that are defaultdicts."""
+and by its name), fetch dicts whose keys do not sort or that are defaultdicts, and GPU
+arrays fed to a tensor of another dtype."""
 
 from __future__ import annotations
 
@@ -65,3 +66,23 @@ def test_fetch_dicts_with_keys_of_mixed_types_and_defaultdicts(compiled):
     assert type(got) is collections.defaultdict and got.default_factory is list
     np.testing.assert_array_equal(got["ys"][1], [3.0, 5.0])
     assert got["ops"] == [None] and got["missing"] == []
+
+
+@pytest.mark.parametrize("consumer", ["/gpu:0", "/gpu:1", "/cpu:0"])
+def test_a_gpu_array_fed_to_a_tensor_of_another_dtype_is_converted_as_a_host_one(
+        compiled, fake_gpus, consumer):
+    # (a numpy array is converted to the tensor's dtype -- TF1 too -- and so is a GPU one)
+    x = dcf.placeholder(dcf.float32, [2], name="x")
+    i = dcf.placeholder(dcf.int32, [2], name="i")
+    with dcf.device(consumer):
+        y = x * 2.0
+        j = i * 2
+    with fake_gpus.cuda.Device(1):
+        x64 = fake_gpus.asarray(np.array([1.0, 2.0]))
+        frac = fake_gpus.asarray(np.array([1.5, 2.5]))
+    with dcf.Session(config=compiled) as sess:
+        fx, fy, fj = sess.run([x, y, j], {x: x64, i: frac})
+    assert (fx.dtype, fy.dtype, fj.dtype) == (np.float32, np.float32, np.int32)
+    np.testing.assert_array_equal(fy, [2.0, 4.0])
+    np.testing.assert_array_equal(fj, [2, 4])
+    assert x64.dtype == np.float64        # (the caller's array is left as it was)
