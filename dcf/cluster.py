@@ -717,6 +717,10 @@ class Cluster:
         self._client = _Client(f"client-{secrets.token_hex(4)}", secret, curve, bind,
                                heartbeat_timeout_s)
         self._sessions = itertools.count(1)
+        # the heartbeat timeouts that open sessions set (SessionConfig): the latest holds,
+        # and the cluster's own once none is left
+        self._heartbeat_s = heartbeat_timeout_s
+        self._session_heartbeats: dict[int, float] = {}
         self._io.call(self._client.start())
         ref = weakref.ref(self)
         self._atexit = lambda: (ref() is not None and ref().close())  # type: ignore[union-attr]
@@ -828,11 +832,22 @@ class Cluster:
     def _new_session(self, heartbeat_timeout_s: float | None) -> int:
         if self._closed:
             raise RuntimeError("this cluster is closed")
-        if heartbeat_timeout_s is not None and \
-                heartbeat_timeout_s != self._client.transport.heartbeat_timeout_s:
-            self._io.loop.call_soon_threadsafe(self._client.set_heartbeat_timeout,
-                                               heartbeat_timeout_s)
-        return next(self._sessions)
+        sid = next(self._sessions)
+        if heartbeat_timeout_s is not None:
+            self._session_heartbeats[sid] = heartbeat_timeout_s
+            self._set_heartbeat()
+        return sid
+
+    def _set_heartbeat(self) -> None:
+        """The heartbeat timeout of the latest open session that set one, else the
+        cluster's own (a closed session's setting does not outlive it)."""
+        def apply() -> None:        # (on the I/O loop: settings made in any thread, in order)
+            hbs = list(self._session_heartbeats.values())
+            want = hbs[-1] if hbs else self._heartbeat_s
+            if want != self._client.transport.heartbeat_timeout_s:
+                self._client.set_heartbeat_timeout(want)
+
+        self._io.loop.call_soon_threadsafe(apply)
 
     def _ship(self, session: int, parts: dict, fetch_pos: list[int], config: Any
               ) -> tuple[dict, _RemotePlan | None]:
@@ -875,6 +890,8 @@ class Cluster:
             return
         try:
             self._io.loop.call_soon_threadsafe(self._client.release, session)
+            if self._session_heartbeats.pop(session, None) is not None:
+                self._set_heartbeat()
         except RuntimeError:
             pass
 

@@ -1,6 +1,7 @@
 """A cluster Session's SessionConfig on its workers (review 34): intra_op_threads, which a
 session in one process sets process-wide, sets the workers' BLAS threads too; and
-options given as numpy scalars (which SessionConfig and RunOptions take) reach them."""
+options given as numpy scalars (which SessionConfig and RunOptions take) reach them; and
+a session's heartbeat_timeout_s holds while it is open, not after."""
 
 from __future__ import annotations
 
@@ -48,3 +49,23 @@ def test_options_given_as_numpy_scalars_work_on_a_cluster():
         assert md.trace
         assert cluster._client.transport.heartbeat_timeout_s == 4.0
     assert all(type(getattr(config, k)) in (int, float, bool) for k in vars(config))
+
+
+def _heartbeat_timeout(cluster) -> float:
+    async def read():       # (on the I/O loop, after the settings queued there)
+        return cluster._client.transport.heartbeat_timeout_s
+    return cluster._io.call(read())
+
+
+def test_a_sessions_heartbeat_timeout_does_not_outlive_it():
+    with dcf.Cluster.local(1, heartbeat_timeout_s=1.0) as cluster:
+        a = dcf.Session(cluster=cluster, config=dcf.SessionConfig(heartbeat_timeout_s=30.0))
+        assert _heartbeat_timeout(cluster) == 30.0
+        b = dcf.Session(cluster=cluster, config=dcf.SessionConfig(heartbeat_timeout_s=20.0))
+        assert _heartbeat_timeout(cluster) == 20.0      # (the latest open session's)
+        b.close()
+        assert _heartbeat_timeout(cluster) == 30.0
+        a.close()
+        with dcf.Session(cluster=cluster) as sess:      # left at its default: the cluster's
+            assert sess.run(dcf.constant(2.0)) == 2.0
+            assert _heartbeat_timeout(cluster) == 1.0
