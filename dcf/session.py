@@ -799,14 +799,14 @@ def _convert_feeds(feed_dict: dict | None, graph: Graph) -> tuple[list, list]:
                 val = v
         except (TypeError, ValueError, OverflowError) as e:
             raise TypeError(f"{k.op.type} '{k.op.name}': cannot feed {type(v).__name__} as "
-                            f"{k.dtype}: {e}") from None
+                            f"{k.dtype} to {k.name}: {e}") from None
         shp = k.shape
         got = tuple(val.shape) if hasattr(val, "shape") else np.shape(val)  # also GPU arrays
         if shp is not None and (len(shp) != len(got) or
                                 any(a is not None and a != b for a, b in zip(shp, got))):
             raise InvalidArgumentError(
                 f"{k.op.type} '{k.op.name}': fed a value of shape {list(got)}, expected "
-                f"{[d if d is not None else None for d in shp]}")
+                f"{[d if d is not None else None for d in shp]} for {k.name}")
         if k in tensors:
             # fed twice (as the tensor and by its name): the later value is the one fed, as
             # in TF1, and the one a fetch of it returns

@@ -86,3 +86,16 @@ def test_a_gpu_array_fed_to_a_tensor_of_another_dtype_is_converted_as_a_host_one
     np.testing.assert_array_equal(fy, [2.0, 4.0])
     np.testing.assert_array_equal(fj, [2, 4])
     assert x64.dtype == np.float64        # (the caller's array is left as it was)
+
+
+def test_a_bad_feed_names_the_tensor_of_an_op_with_several_outputs():
+    x = dcf.placeholder(dcf.float32, [4, 2], name="x")
+    a, b = dcf.split(x, 2)
+    with dcf.Session() as sess:
+        with pytest.raises(dcf.errors.InvalidArgumentError,
+                           match=r"SplitV 'SplitV': fed a value of shape \[2\], expected "
+                                 r"\[2, 2\] for SplitV:1"):
+            sess.run(a, {b: [1.0, 2.0]})
+        with pytest.raises(TypeError, match=r"SplitV 'SplitV': cannot feed list as float32 "
+                                             r"to SplitV:1: could not convert"):
+            sess.run(a, {b: [["u", "v"]]})
