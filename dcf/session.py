@@ -102,12 +102,16 @@ class SessionConfig:
         throttling makes room. swap_threshold: fraction of that limit past which saved
         loop values start to swap. heartbeat_timeout_s: how long a silent worker may
         stay silent before runs fail with WorkerError (left at its default, the cluster's
-        own setting holds: `Cluster.local(..., heartbeat_timeout_s=)`). compile_frames: run loop frames
+        own setting holds: `Cluster.local(..., heartbeat_timeout_s=)`; it is one setting
+        per cluster: with several open sessions that set it, the latest one's holds, and
+        the cluster's own again once they are closed). compile_frames: run loop frames
         that sit on one device as straight-line Python (same semantics, faster).
         fuse_devices: when every device of a run is in this process, run the whole
         graph as one compiled program with transfers at device boundaries instead of
         partitions exchanging messages (dcf/fused.py; needs compile_frames; traced
-        runs stay partitioned).
+        runs stay partitioned). intra_op_threads: BLAS threads, set process-wide when
+        the session is made, and in a cluster's workers when it sends them a plan; None
+        leaves BLAS's setting alone.
     """
 
     gpu_memory_limit: int | None = None
