@@ -779,9 +779,11 @@ def _check_run_args(feed_dict: Any, options: Any, run_metadata: Any) -> None:
 
 def _convert_feeds(feed_dict: dict | None, graph: Graph) -> tuple[list, list]:
     tensors, values = [], []
+    named = False           # (only a key given by name can repeat another)
     for k, v in (feed_dict or {}).items():
         if isinstance(k, str):
             k = graph.get_tensor_by_name(k)
+            named = True
         elif hasattr(k, "_as_tensor") and not isinstance(k, Tensor):
             raise TypeError("feed a Variable by assigning to it, not through feed_dict")
         if not isinstance(k, Tensor):
@@ -811,13 +813,13 @@ def _convert_feeds(feed_dict: dict | None, graph: Graph) -> tuple[list, list]:
             raise InvalidArgumentError(
                 f"{k.op.type} '{k.op.name}': fed a value of shape {list(got)}, expected "
                 f"{[d if d is not None else None for d in shp]} for {k.name}")
-        if k in tensors:
-            # fed twice (as the tensor and by its name): the later value is the one fed, as
-            # in TF1, and the one a fetch of it returns
-            values[tensors.index(k)] = val
-            continue
         tensors.append(k)
         values.append(val)
+    if named and len(set(tensors)) < len(tensors):
+        # a tensor fed twice (as itself and by its name): the later value is the one fed,
+        # as in TF1, and the one a fetch of it returns
+        last = dict(zip(tensors, values))
+        tensors, values = list(last), list(last.values())
     return tensors, values
 
 
