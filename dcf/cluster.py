@@ -16,6 +16,7 @@ import itertools
 import json
 import logging
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -476,10 +477,23 @@ def _host(v: Any) -> Any:
     return v
 
 
-def _first_line(e: BaseException) -> str:
-    """"Type: first line of the message" (Ray's errors run to many lines)."""
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _ray_error_text(e: BaseException, limit: int = 200) -> str:
+    """"Type: first line; why" of a Ray error, which runs to many lines, colour codes in
+    them: Ray puts what happened on the first line and why on the last (the exception
+    an actor's constructor raised; "killed by `ray.kill`"; "its worker process has
+    died"), of which the first sentence is kept."""
+    lines = [ln.strip() for ln in _ANSI.sub("", str(e)).splitlines() if ln.strip()]
+    if not lines:
+        return type(e).__name__
+    text = f"{type(e).__name__}: {lines[0]}"
+    if len(lines) > 1:
+        why = lines[-1].split(". ", 1)[0]
+        sep = " " if lines[0].endswith(".") else ": "
+        text += f"{sep}{why[:limit]}{'...' if len(why) > limit else ''}"
+    return text
 
 
 def _ray_options(resources: dict | None) -> dict:
@@ -667,7 +681,7 @@ class Cluster:
                         f"have them free?)") from None
                 except ray.exceptions.RayError as e:
                     raise WorkerError(f"worker /job:worker/task:{k} failed to start as a "
-                                      f"Ray actor: {_first_line(e)}") from e
+                                      f"Ray actor: {_ray_error_text(e)}") from e
                 self._add_worker("worker", k, address)
             self._connect(max(1.0, deadline - time.monotonic()), attach=True)
             for k, a in enumerate(self._ray_actors):
@@ -689,7 +703,7 @@ class Cluster:
             fut.result()
             reason = "stopped"
         except BaseException as e:  # noqa: BLE001 - turned into the worker's reason
-            reason = f"was lost to Ray ({_first_line(e)})"
+            reason = f"was lost to Ray ({_ray_error_text(e)})"
 
         def lost() -> None:
             w = self._client.workers.get(name)

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import dcf
+import dcf.worker
 from dcf.actors.transport import ZmqTransport
 from dcf.errors import WorkerError
 from tests.cluster.helpers import (alive, assert_same, both, close_mid_run,
@@ -179,6 +180,22 @@ def test_resources_ray_cannot_grant_fail_the_start_and_leave_nothing(ray_cpus2):
         dcf.Cluster.ray(0)
 
 
+def test_a_worker_that_fails_to_start_as_a_ray_actor_says_why(ray_cpus2, monkeypatch):
+    """Ray's error puts "the actor died ... in its creation task" first and the
+    constructor's exception last: the WorkerError carries both, without colour codes."""
+    class Unbindable:   # defined here: travels to the actor by value
+        def __init__(self, **kwargs):
+            raise OSError("no port for the data plane")
+
+    monkeypatch.setattr(dcf.worker, "WorkerHost", Unbindable)
+    with pytest.raises(WorkerError, match=r"task:0 failed to start as a Ray actor: "
+                       r"ActorDiedError: .*creation task.*OSError: no port for the data "
+                       r"plane") as info:
+        dcf.Cluster.ray(1)
+    assert "\x1b[" not in str(info.value)
+    wait_for(lambda: _cpus_free() == 2.0, what="the failed actor's CPU to be free")
+
+
 def test_without_the_secret_a_ray_worker_ignores_control_messages(ray_cpus2):
     """The workers' ZeroMQ channel is signed as Cluster.local's is: a peer without the
     secret cannot shut a worker down or feed it values."""
@@ -221,10 +238,14 @@ def test_a_worker_lost_to_ray_raises_worker_error_and_close_removes_the_actors(
         else:
             os.kill(pids[1], signal.SIGKILL)
 
-    sess, error = lose_worker_1_mid_loop(cluster, kill)
+    try:
+        sess, error = lose_worker_1_mid_loop(cluster, kill)
+        sess.close()
+    finally:
+        cluster.close()   # a failed check leaves no actor holding the CPUs
     assert "lost to Ray" in str(error), "Ray told, not the heartbeats"
-    sess.close()
-    cluster.close()
+    assert ("killed by `ray.kill`" if how == "ray.kill" else
+            "its worker process has died") in str(error), "and why"
     wait_for(lambda: not any(alive(p) for p in pids), 10, "the actors' processes to exit")
     wait_for(lambda: _cpus_free() == 2.0, 10, "Ray to release the workers' CPUs")
     # and a new Ray cluster of workers starts on the freed resources
