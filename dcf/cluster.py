@@ -500,8 +500,9 @@ def _ray_options(resources: dict | None) -> dict:
     """`Cluster.ray`'s resources_per_worker as Ray actor options."""
     res = dict(resources or {})
     for k, v in res.items():
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
-            raise ValueError(f"resources_per_worker[{k!r}] must be a number >= 0, got {v!r}")
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v < float("inf"):
+            raise ValueError(f"resources_per_worker[{k!r}] must be a finite number >= 0, "
+                             f"got {v!r}")
     opts: dict[str, Any] = {}
     for key, names in (("num_cpus", ("CPU", "num_cpus")), ("num_gpus", ("GPU", "num_gpus")),
                        ("memory", ("memory",))):

@@ -172,8 +172,9 @@ def test_resources_ray_cannot_grant_fail_the_start_and_leave_nothing(ray_cpus2):
         dcf.Cluster.ray(1, {"CPU": 3}, start_timeout_s=1.0)
     assert time.monotonic() - t0 < 10.0
     wait_for(lambda: _cpus_free() == 2.0, what="the pending actor to go")
-    with pytest.raises(ValueError, match="CPU"):
-        dcf.Cluster.ray(1, {"CPU": -1})
+    for bad in (-1, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match=r"resources_per_worker\['CPU'\] must be"):
+            dcf.Cluster.ray(1, {"CPU": bad})
     with pytest.raises(ValueError, match="num_cpus"):
         dcf.Cluster.ray(1, {"CPU": 1, "num_cpus": 1})
     with pytest.raises(ValueError, match="num_workers"):
