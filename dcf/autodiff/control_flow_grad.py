@@ -252,8 +252,9 @@ def _home(enter: Operation) -> str:
 
 def _colocate_loop_var(exit_value: Tensor, device: str) -> None:
     """Put the Enter/Merge/Switch/NextIteration/Exit chain (and the body's Identity) of
-    the loop variable whose Exit gives `exit_value` on `device`."""
-    if not device or exit_value.op.type != "Exit":
+    the loop variable whose Exit gives `exit_value` on `device` ("" : unplaced, as its
+    forward counterpart, not on the device scope gradients() was called in)."""
+    if exit_value.op.type != "Exit":
         return
     exit_op = exit_value.op
     switch = exit_op.inputs[0].op

@@ -107,7 +107,8 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None, name: str | None = None,
             for i, (y, gy) in enumerate(zip(ys_l, gy_l)):
                 if gy is None:
                     from dcf.ops.array_ops import ones_like
-                    gy = ones_like(y) if differentiable(y) else None
+                    with colocated(y.op):
+                        gy = ones_like(y) if differentiable(y) else None
                 else:
                     gy = _checked_grad_y(i, y, gy)
                 gy_full.append(gy)
@@ -119,10 +120,16 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None, name: str | None = None,
             _ACTIVE.pop()
         out: list[Tensor | None] = []
         k = 0
-        for grp in x_groups:
+        for x, grp in zip(xs_in, x_groups):
             parts = [grads[k + i] for i in range(len(grp)) if grads[k + i] is not None]
             k += len(grp)
-            out.append(sum_grads(parts) if parts else None)
+            if not parts:
+                out.append(None)
+                continue
+            # a variable's gradient is summed where the variable lives (its reads run there)
+            handle = getattr(x, "handle", None)
+            with colocated(handle.op if isinstance(handle, Tensor) else grp[0].op):
+                out.append(sum_grads(parts))
         return out
 
 
@@ -205,8 +212,14 @@ def _resolve_x(x: Any) -> list[Tensor]:
 
 
 def on_device(graph: Graph, device: str) -> Any:
-    """A device scope for `device`, or no scope when it is "" (unplaced)."""
-    return graph.device(device) if device else contextlib.nullcontext()
+    """A device scope naming exactly `device` ("" : unplaced), whatever scopes enclose
+    it: a forward op's "/cpu:2" under gradients() in "/job:worker/task:1" stays in this
+    process, and an unplaced forward op's gradients go where it goes (TF's colocation)."""
+    stack = contextlib.ExitStack()
+    stack.enter_context(graph.device(None))
+    if device:
+        stack.enter_context(graph.device(device))
+    return stack
 
 
 def colocated(op: Operation) -> Any:
@@ -470,7 +483,8 @@ def vjp(state: GradState, ys: list[Tensor], xs: list[Tensor], grad_ys: list,
             outs = set(u.outputs)
             for t, parts in grads.items():
                 if t not in outs and parts and units.of(t) is u:
-                    internal[t] = sum_grads(parts)
+                    with colocated(t.op):
+                        internal[t] = sum_grads(parts)
             handed_in.update(internal)
         need = None
         if u.kind == "while":
@@ -503,7 +517,9 @@ def vjp(state: GradState, ys: list[Tensor], xs: list[Tensor], grad_ys: list,
         # `inner`, that gradient included: counting both counted it twice
         outer_parts = () if x in handed_in and x in inner else grads.get(x, ())
         parts = list(outer_parts) + list(inner.get(x, ()))
-        result.append(sum_grads(parts) if parts else None)
+        # gradients()' own xs are summed where each x is, not on the scope it is called in
+        with colocated(x.op) if level is None else contextlib.nullcontext():
+            result.append(sum_grads(parts) if parts else None)
     return result
 
 
