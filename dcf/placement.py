@@ -61,7 +61,8 @@ def place(ops: list[Operation], default_device: str, exists: Callable[[str], boo
         if not exists(dev[op]) or _names_another_local_task(dev[op]):
             raise InvalidArgumentError(
                 f"{op.type} '{op.name}' is placed on {dev[op]}, which does not exist in this "
-                "session" + _gpus_seen(dev[op]) + _tasks_seen(dev[op]))
+                "session" + _gpus_seen(dev[op]) + _tasks_seen(dev[op]) +
+                _workers_seen(dev[op], process_of is not None))
     if process_of is not None:
         _check_resource_edges(ops, dev, process_of)
     return dev
@@ -92,6 +93,20 @@ def _tasks_seen(device: str) -> str:
         return ""
     return (f" (this process is task 0 of job localhost; a worker's devices are named with "
             f"their job, as /job:worker/task:{spec.task}/{spec.device_type}:{spec.index})")
+
+
+def _workers_seen(device: str, cluster: bool) -> str:
+    """What a worker's missing device adds: that a plain session has no workers, or that
+    a worker has one CPU device."""
+    spec = DeviceSpec.parse(device)
+    if spec.job in (None, "localhost"):
+        return ""
+    if not cluster:
+        return " (this session has no cluster: workers' devices, /job:worker/task:K/..., " \
+            "are in a dcf.Session(cluster=...))"
+    if spec.device_type == "cpu" and spec.index != 0:
+        return f" (a worker has one CPU device, /job:{spec.job}/task:{spec.task}/cpu:0)"
+    return ""
 
 
 def _gpus_seen(device: str) -> str:
