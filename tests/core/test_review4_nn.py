@@ -9,10 +9,7 @@ import numpy as np
 import pytest
 
 import dcf
-
-
-def _sigmoid(z):
-    return 1.0 / (1.0 + np.exp(-z))
+from tests.gru_reference import gru_reference
 
 
 @pytest.mark.parametrize("opt", ["gd", "adam"])
@@ -46,20 +43,6 @@ def test_float32_learning_rate_tensor_with_float64_variables(opt):
     np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
-def _gru_ref(w, x_tm, seq):
-    gk, gb, ck, cb = w
-    h = np.zeros((x_tm.shape[1], ck.shape[1]))
-    outs = []
-    for t, x in enumerate(x_tm):
-        r, u = np.split(_sigmoid(np.concatenate([x, h], 1) @ gk + gb), 2, 1)
-        c = np.tanh(np.concatenate([x, r * h], 1) @ ck + cb)
-        hn = u * h + (1 - u) * c
-        keep = (t < np.asarray(seq))[:, None]
-        outs.append(np.where(keep, hn, 0.0))
-        h = np.where(keep, hn, h)
-    return np.stack(outs), h
-
-
 @pytest.mark.parametrize("static", [False, True])
 def test_int64_sequence_length(static):
     rng = np.random.default_rng(0)
@@ -79,7 +62,7 @@ def test_int64_sequence_length(static):
             s.run(dcf.global_variables_initializer())
             w = s.run(cell.variables)
             o, f = s.run([out, final], {x: xv, sl: np.array([4, 0, 2], np.int64)})
-    ro, rf = _gru_ref(w, xv.transpose(1, 0, 2), [4, 0, 2])
+    ro, rf = gru_reference(w, xv.transpose(1, 0, 2), [4, 0, 2])
     np.testing.assert_allclose(o, ro.transpose(1, 0, 2), rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(f, rf, rtol=1e-10, atol=1e-12)
     assert not o[1].any() and not o[2, 2:].any()

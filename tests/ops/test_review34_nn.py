@@ -16,24 +16,7 @@ import pytest
 
 import dcf
 from dcf import nn
-
-
-def _sigmoid(z):
-    return 1.0 / (1.0 + np.exp(-z))
-
-
-def _gru_ref(w, x_tm, seq):
-    gk, gb, ck, cb = w
-    h = np.zeros((x_tm.shape[1], ck.shape[1]))
-    outs = []
-    for t, x in enumerate(x_tm):
-        r, u = np.split(_sigmoid(np.concatenate([x, h], 1) @ gk + gb), 2, 1)
-        c = np.tanh(np.concatenate([x, r * h], 1) @ ck + cb)
-        hn = u * h + (1 - u) * c
-        keep = (t < np.asarray(seq))[:, None]
-        outs.append(np.where(keep, hn, 0.0))
-        h = np.where(keep, hn, h)
-    return np.stack(outs), h
+from tests.gru_reference import gru_reference
 
 
 def _gru_rnn(static, x, seq):
@@ -62,7 +45,7 @@ def test_fed_sequence_length_must_have_one_length_per_example(static, batch_know
                 with pytest.raises(dcf.errors.InvalidArgumentError,
                                    match=r"'rnn/sequence_length'"):
                     sess.run(out, {x: xv, seq: bad})
-    ro, rf = _gru_ref(w, xv.transpose(1, 0, 2), [5, 0, 2, 3])
+    ro, rf = gru_reference(w, xv.transpose(1, 0, 2), [5, 0, 2, 3])
     np.testing.assert_allclose(o, ro.transpose(1, 0, 2), rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(f, rf, rtol=1e-10, atol=1e-12)
 
