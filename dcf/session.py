@@ -1020,44 +1020,20 @@ def _call_on_io(io: Any, coro: Any) -> Any:
     unwinds on the I/O loop (the step aborted on every worker), and KeyboardInterrupt is
     raised here, once, when it has -- not while the run's client-side py_funcs still run
     in the I/O thread beside the caller's handler; a second raises where it lands."""
-    done: concurrent.futures.Future = concurrent.futures.Future()
-    task: list = []
-
-    def start() -> None:            # (on the I/O loop)
-        t = io.loop.create_task(coro)
-        task.append(t)
-
-        def finished(t: asyncio.Task) -> None:
-            if t.cancelled():
-                done.set_exception(concurrent.futures.CancelledError())
-            elif t.exception() is not None:
-                done.set_exception(t.exception())
-            else:
-                done.set_result(t.result())
-        t.add_done_callback(finished)
-
-    def stop() -> None:             # (on the I/O loop, after start: callbacks run in order)
-        if task:
-            task[0].cancel()
-
-    try:
-        io.loop.call_soon_threadsafe(start)
-    except RuntimeError:            # (the I/O loop is closed)
-        coro.close()
-        raise
+    run = io.start(coro)
 
     def cancel() -> None:
-        if done.done():             # (over already: the interrupt goes out where it lands)
+        if run.done.done():         # (over already: the interrupt goes out where it lands)
             raise KeyboardInterrupt
-        io.loop.call_soon_threadsafe(stop)
+        run.cancel()
 
     with Interrupt(cancel) as intr:
         try:
-            return intr.settle(done.result, concurrent.futures.CancelledError)
+            return intr.settle(run.done.result, concurrent.futures.CancelledError)
         except BaseException:
-            if not done.done():     # (a second interrupt: cancel, without waiting)
+            if not run.done.done():     # (a second interrupt: cancel, without waiting)
                 with contextlib.suppress(RuntimeError):
-                    io.loop.call_soon_threadsafe(stop)
+                    run.cancel()
             raise
 
 

@@ -100,6 +100,44 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
         return asyncio.new_event_loop()
 
 
+class TaskOnLoop:
+    """A coroutine run as a task on `loop` for a caller elsewhere (another thread, another
+    loop): `done` settles once the task has ended -- cancelled, failed or returned, not
+    when a cancel is only asked for -- and `cancel()` asks for it from any thread (after
+    the task has started: callbacks run in order); it raises RuntimeError where the loop
+    is closed."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any]
+                 ) -> None:
+        self.done: concurrent.futures.Future = concurrent.futures.Future()
+        self._loop = loop
+        self._task: asyncio.Task | None = None
+        try:
+            loop.call_soon_threadsafe(self._start, coro)
+        except RuntimeError:    # (the loop is closed)
+            coro.close()
+            raise
+
+    def _start(self, coro: Coroutine[Any, Any, Any]) -> None:
+        self._task = self._loop.create_task(coro)
+        self._task.add_done_callback(self._finished)
+
+    def _finished(self, t: asyncio.Task) -> None:
+        if t.cancelled():
+            self.done.cancel()
+        elif t.exception() is not None:
+            self.done.set_exception(t.exception())
+        else:
+            self.done.set_result(t.result())
+
+    def cancel(self) -> None:
+        self._loop.call_soon_threadsafe(self._stop)
+
+    def _stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+
 class LoopThread:
     """An event loop running forever on a daemon thread (the cluster's I/O loop)."""
 
@@ -130,48 +168,40 @@ class LoopThread:
             fut.cancel()
             raise
 
+    def start(self, coro: Coroutine[Any, Any, Any]) -> TaskOnLoop:
+        """`coro` as a task on this loop, for a caller in another thread or loop, which
+        can cancel it and learn when it has ended (see TaskOnLoop)."""
+        return TaskOnLoop(self.loop, coro)
+
     async def wrap(self, coro: Coroutine[Any, Any, Any]) -> Any:
         """Await `coro` running on this loop from another running loop. Cancelling the
         awaiting task cancels `coro`'s task here, and CancelledError comes once that task
         has ended (as a cancelled local run's, not while it still runs in this thread)."""
         here = asyncio.get_running_loop()
         over = here.create_future()     # settled from `coro`'s task when it is done
-        task: asyncio.Task | None = None
 
-        def relay(t: asyncio.Task) -> None:     # (in the caller's loop)
+        def relay(f: concurrent.futures.Future) -> None:     # (in the caller's loop)
             if over.done():
                 return
-            if t.cancelled():
+            if f.cancelled():
                 over.cancel()
-            elif t.exception() is not None:
-                over.set_exception(t.exception())
+            elif f.exception() is not None:
+                over.set_exception(f.exception())
             else:
-                over.set_result(t.result())
+                over.set_result(f.result())
 
-        def settle(t: asyncio.Task) -> None:
+        def settle(f: concurrent.futures.Future) -> None:
             with contextlib.suppress(RuntimeError):     # (the caller's loop is closed)
-                here.call_soon_threadsafe(relay, t)
+                here.call_soon_threadsafe(relay, f)
 
-        def start() -> None:
-            nonlocal task
-            task = self.loop.create_task(coro)
-            task.add_done_callback(settle)
-
-        def cancel() -> None:           # (after start: callbacks run in order)
-            if task is not None:
-                task.cancel()
-
-        try:
-            self.loop.call_soon_threadsafe(start)
-        except RuntimeError:    # (this loop is closed)
-            coro.close()
-            raise
+        run = self.start(coro)
+        run.done.add_done_callback(settle)
         try:
             return await asyncio.shield(over)
         except asyncio.CancelledError:
             if not over.done():
                 with contextlib.suppress(RuntimeError):     # (this loop is closed)
-                    self.loop.call_soon_threadsafe(cancel)
+                    run.cancel()
                 while not over.done() and self.thread.is_alive() and \
                         not self.loop.is_closed():
                     await asyncio.wait([over], timeout=0.1)
