@@ -130,11 +130,8 @@ class _StepRun:
         if scope is None:
             self._pump(budget_s)
             return
-        outer = scope.enter()
-        try:
+        with scope:
             self._pump(budget_s)
-        finally:
-            scope.leave(outer)
 
     def _pump(self, budget_s: float) -> None:
         ex = self.ex

@@ -748,11 +748,11 @@ class GpuDevice:
         """A traced scope, entered until end_trace(scope): what this device records
         meanwhile, whatever step it is for (tests, probes)."""
         scope = TraceScope(self, True)
-        scope.outer = scope.enter()
+        scope.__enter__()
         return scope
 
     def end_trace(self, scope: TraceScope) -> list:
-        scope.leave(scope.outer)
+        scope.__exit__(None, None, None)
         return scope.timed_events()
 
 
@@ -765,15 +765,17 @@ class TraceScope:
     the step's actor enters its scope while the step's own code runs on the device (its
     pumps, its feeds and fetches, the transfers of its rendezvous) and leaves it before
     it awaits, so concurrent runs of one session keep their own events, and a run that
-    is not traced (a scope without events) records none while a traced one is in flight."""
+    is not traced (a scope without events) records none while a traced one is in flight.
+    `with scope:` enters it (again inside itself too: a Recv delivered within its own
+    pump)."""
 
-    __slots__ = ("gpu", "events", "ref", "outer")
+    __slots__ = ("gpu", "events", "ref", "_outers")
 
     def __init__(self, gpu: GpuDevice, traced: bool) -> None:
         self.gpu = gpu
         self.events: list | None = [] if traced else None
         self.ref: tuple | None = None
-        self.outer: tuple | None = None
+        self._outers: list = []         # what each `with` restores, innermost last
         if traced:
             gpu.make_current()
             ref = gpu.cp.cuda.Event()
@@ -781,19 +783,19 @@ class TraceScope:
             ref.synchronize()
             self.ref = (ref, time.perf_counter())
 
-    def enter(self) -> tuple:
-        """Record into this scope from now; returns what leave() restores."""
+    def __enter__(self) -> TraceScope:
+        """Record into this scope from now until the matching exit."""
         g = self.gpu
-        outer = (g.tracing, g.trace_events)
+        self._outers.append((g.tracing, g.trace_events))
         ev = self.events
         if ev is None:
             g.tracing, g.trace_events = False, _NO_EVENTS
         else:
             g.tracing, g.trace_events = True, ev
-        return outer
+        return self
 
-    def leave(self, outer: tuple) -> None:
-        self.gpu.tracing, self.gpu.trace_events = outer
+    def __exit__(self, *exc: Any) -> None:
+        self.gpu.tracing, self.gpu.trace_events = self._outers.pop()
 
     def timed_events(self) -> list:
         """Device-timed events (name, type, frame, iteration, t0, t1, track, t_host)

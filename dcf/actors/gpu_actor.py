@@ -247,11 +247,8 @@ class _GpuRendezvous:
         if value is DEAD or type(value) is not gpu.ndarray:
             self._inner.send(key, value)
             return
-        outer = self._scope.enter()     # (a held value may leave from a timer's callback)
-        try:
+        with self._scope:               # (a held value may leave from a timer's callback)
             self._send(gpu, key, value)
-        finally:
-            self._scope.leave(outer)
 
     def _send(self, gpu: GpuDevice, key: tuple, value: Any) -> None:
         peer = self._dst_of.get(key[1])
@@ -277,11 +274,8 @@ class _GpuRendezvous:
         scope = self._scope
 
         def cb(value: Any) -> None:     # (in the sender's code: another step's, maybe)
-            outer = scope.enter()
-            try:
+            with scope:
                 value = gpu.import_value(value, f"recv {key[1]}", _where(key))
-            finally:
-                scope.leave(outer)
             callback(value)
         self._inner.recv(key, cb)
 
@@ -354,23 +348,13 @@ class GpuActor(DeviceActor):
         # this step's device events (none where it is not traced), entered while its own
         # code runs here: the feeds, each pump, its transfers, the fetches' copies
         scope = gpu.trace_scope(trace)
-        outer = scope.enter()
-        try:
+        with scope:
             feeds = [gpu.import_value(v, _feed_label(plan, k)) for k, v in enumerate(feeds)]
-        finally:
-            scope.leave(outer)
         view = _GpuRendezvous(rendezvous, gpu, self._peer_edges(plan), scope)
         with transfer_oom(lambda e: gpu._oom_text("a transfer", e)):
             ex = await super().run_step(plan, feeds, step, view, scope=scope, **kw)
         await view.drain()
-        outer = scope.enter()
-        try:
-            pending = start_fetches(ex.results)
-        finally:
-            scope.leave(outer)
-        for _, _, ev, owner in pending:
-            await owner.wait(ev)
-        end_fetches(ex.results, pending)
+        await fetch_results(ex.results, scope)
         gpu.collect()
         gpu.drop_landing()
         if trace:
@@ -434,10 +418,12 @@ def transfer_oom(text: Callable[[MemoryError], str]) -> Iterator[None]:
         raise ResourceExhaustedError(text(e)) from None
 
 
-async def fetch_results(results: list) -> None:
+async def fetch_results(results: list, scope: Any = contextlib.nullcontext()) -> None:
     """A run's device `results` replaced by host values, waiting for their copies
-    without blocking the event loop (start_fetches, then end_fetches)."""
-    pending = start_fetches(results)
+    without blocking the event loop (start_fetches, then end_fetches); the copies are
+    made inside `scope` (a step's TraceScope), which is left before any wait."""
+    with scope:
+        pending = start_fetches(results)
     for _, _, ev, owner in pending:
         await owner.wait(ev)
     end_fetches(results, pending)
