@@ -9,7 +9,7 @@ from typing import Any
 
 from dcf.ops.registry import Kind
 
-__all__ = ["candidates", "known_inputs", "feeds_only"]
+__all__ = ["candidates", "known_inputs", "feeds_only", "output_read_by_only"]
 
 
 def candidates(frame_nodes: list, op_types: Any, gpu_of: dict, taken: Any = ()) -> Iterator:
@@ -30,10 +30,17 @@ def known_inputs(inputs_of: Any, n: Any, counts: tuple) -> list | None:
     return ins
 
 
+def output_read_by_only(src: Any, k: int, dst: Any, gpu_of: dict, taken: Any) -> bool:
+    """Whether output k of `src` is a kernel's value on `dst`'s GPU that `dst` alone
+    reads, through one input: `src` has no control inputs and is not fused elsewhere,
+    and that output is not fetched."""
+    return getattr(src, "kind", None) == Kind.KERNEL and src.id not in taken and \
+        not src.pnode.control and not any(i == k for i, _ in src.fetch) and \
+        [d for d, _, _ in src.outs[k]] == [dst] and gpu_of.get(src.id) is gpu_of[dst.id]
+
+
 def feeds_only(src: Any, dst: Any, gpu_of: dict, taken: Any) -> bool:
     """Whether `src` is a kernel node on `dst`'s GPU whose one output `dst` alone reads:
     no control inputs or outputs, not fetched, not fused elsewhere."""
-    return getattr(src, "kind", None) == Kind.KERNEL and src.id not in taken and \
-        not src.pnode.control and src.n_out == 1 and not src.fetch and \
-        not src.ctrl_outs and [d for d, _, _ in src.outs[0]] == [dst] and \
-        gpu_of.get(src.id) is gpu_of[dst.id]
+    return getattr(src, "kind", None) == Kind.KERNEL and src.n_out == 1 and \
+        not src.fetch and not src.ctrl_outs and output_read_by_only(src, 0, dst, gpu_of, taken)

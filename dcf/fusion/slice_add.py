@@ -29,11 +29,10 @@ from typing import Any
 
 from dcf.errors import node_error
 from dcf.fusion.in_place import _LONE
-from dcf.fusion.patterns import candidates, feeds_only, known_inputs
+from dcf.fusion.patterns import candidates, feeds_only, known_inputs, output_read_by_only
 from dcf.ops.array_ops import _has_dyn
 from dcf.ops.gpu_elementwise import SINGLE
 from dcf.ops.gpu_raw import c_contiguous
-from dcf.ops.registry import Kind
 from dcf.plan import TRANSFER
 
 __all__ = ["slice_add_groups", "FusedSliceAdd"]
@@ -46,13 +45,11 @@ _FRESH = ("MatMul", "BatchMatMulV2", "LSTMGatesGrad", "WavefrontInputsGrad",
           "StridedSliceGrad", TRANSFER) + tuple(SINGLE)
 
 
-def _read_by_alone(src: Any, k: int, dst: Any, gpu_of: dict, taken: Any) -> bool:
-    """Whether output k of kernel `src` is a value only `dst` reads, through one input,
-    made on dst's GPU in dst's frame by a call of its own (not fused, not fetched)."""
-    return getattr(src, "kind", None) == Kind.KERNEL and src.id not in taken and \
-        src.type in _FRESH and src.frame is dst.frame and not src.pnode.control and \
-        not any(i == k for i, _ in src.fetch) and \
-        [d for d, _, _ in src.outs[k]] == [dst] and gpu_of.get(src.id) is gpu_of[dst.id]
+def _fresh_and_read_by_only(src: Any, k: int, dst: Any, gpu_of: dict, taken: Any) -> bool:
+    """Whether output k of `src` is a new array of a kernel's own call (`_FRESH`), made
+    in dst's frame, that only `dst` reads."""
+    return getattr(src, "type", None) in _FRESH and src.frame is dst.frame and \
+        output_read_by_only(src, k, dst, gpu_of, taken)
 
 
 def slice_add_groups(frame_nodes: list, gpu_of: dict, inputs_of: Any, taken: set) -> dict:
@@ -78,7 +75,7 @@ def slice_add_groups(frame_nodes: list, gpu_of: dict, inputs_of: Any, taken: set
                 continue
             leaves = list(ins)
             leaves[j] = g_ins[0]
-            groups[s.id] = (g, leaves, j, _read_by_alone(o, ok, s, gpu_of, taken))
+            groups[s.id] = (g, leaves, j, _fresh_and_read_by_only(o, ok, s, gpu_of, taken))
             break
     return groups
 
