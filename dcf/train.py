@@ -265,21 +265,9 @@ class Saver:
         return path
 
     def _write(self, path: str, values: list) -> None:
-        directory = os.path.dirname(os.path.abspath(path))
-        os.makedirs(directory, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".ckpt-", suffix=".tmp", dir=directory)
-        try:
-            os.chmod(tmp, 0o666 & ~_umask())   # (mkstemp's 0600 is for its name only)
-            with os.fdopen(fd, "wb") as f:
-                _write_npz(f, list(zip(self._keys, values)))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-            _sync_directory(directory)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        _write_durably(path, ".ckpt-", "wb",
+                       lambda f: _write_npz(f, list(zip(self._keys, values))))
 
     def restore(self, sess: Any, save_path: str) -> Any:
         """Assign every variable the value stored in `save_path` (all of them, or none
@@ -326,16 +314,24 @@ def _update_index(directory: str, path: str, gone: list[str]) -> None:
         names = []
     drop = {os.path.basename(p) for p in gone} | {os.path.basename(path)}
     names = [n for n in names if n not in drop] + [os.path.basename(path)]
-    fd, tmp = tempfile.mkstemp(prefix=".index-", suffix=".tmp", dir=directory)
+    _write_durably(index, ".index-", "w", lambda f: json.dump({"checkpoints": names}, f))
+
+
+def _write_durably(path: str, prefix: str, mode: str, write: Any) -> None:
+    """`write(f)` into a new file that becomes `path` atomically and durably: written to
+    a temporary file in path's directory (the mode the umask gives: mkstemp's 0600 is for
+    its name only), on disk before it is renamed to path, and the rename on disk before
+    this returns -- a crash leaves the previous file or the new one, never an empty or
+    partial one. Nothing is left behind where it fails."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=directory)
     try:
-        os.chmod(tmp, 0o666 & ~_umask())   # (as the checkpoint's: mkstemp's 0600 is not)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump({"checkpoints": names}, f)
+        os.chmod(tmp, 0o666 & ~_umask())
+        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
+            write(f)
             f.flush()
-            # on disk before it is named: a crash after the rename must not leave an
-            # empty or partial index where the previous one was
             os.fsync(f.fileno())
-        os.replace(tmp, index)
+        os.replace(tmp, path)
         _sync_directory(directory)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
