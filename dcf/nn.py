@@ -270,6 +270,11 @@ def _batch_size(x: Tensor, axis: int) -> Any:
 
 def _initial_state(cell: Any, batch: Any, dtype: Any, initial_state: Any, x: Tensor,
                    what: str) -> Any:
+    """The rnn's initial state, checked against the inputs `x` (and the cell against its
+    graph and x's dtype) before the loop makes any op of its own."""
+    if isinstance(cell, _Cell):
+        cell._check_graph()
+        cell._check_inputs(x)
     if initial_state is not None:
         if hasattr(cell, "_check_state"):
             cell._check_state(initial_state)
@@ -351,9 +356,6 @@ def dynamic_rnn(cell: Any, inputs: Any, sequence_length: Any = None, initial_sta
         x = convert_to_tensor(inputs)
         if x.shape is None or len(x.shape) != 3:
             raise ValueError(f"dynamic_rnn: inputs must be rank 3, got {x.type}")
-        if isinstance(cell, _Cell):
-            cell._check_graph()
-            cell._check_inputs(x)
         xt = x if time_major else array_ops.transpose(x, [1, 0, 2])
         steps = _batch_size(xt, 0)
         batch = _batch_size(xt, 1)
@@ -474,9 +476,6 @@ def static_rnn(cell: Any, inputs: list, initial_state: Any = None, dtype: Any = 
                 raise ValueError(f"static_rnn: inputs must be a list of [batch, depth] "
                                  f"tensors (one per step), got {x.type} ('{x.name}') at "
                                  f"step {t}; unstack a [batch, time, depth] tensor on axis 1")
-        if isinstance(cell, _Cell):
-            cell._check_graph()
-            cell._check_inputs(xs[0])
         batch = _batch_size(xs[0], 0)
         state = _initial_state(cell, batch, dtype or xs[0].dtype, initial_state, xs[0],
                                "static_rnn")
