@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+from collections.abc import Iterator
 from typing import Any
 
 from dcf import dtypes, nest
@@ -211,15 +212,13 @@ def _resolve_x(x: Any) -> list[Tensor]:
             and op.inputs[0] in handles]
 
 
-def on_device(graph: Graph, device: str) -> Any:
+@contextlib.contextmanager
+def on_device(graph: Graph, device: str) -> Iterator[None]:
     """A device scope naming exactly `device` ("" : unplaced), whatever scopes enclose
     it: a forward op's "/cpu:2" under gradients() in "/job:worker/task:1" stays in this
     process, and an unplaced forward op's gradients go where it goes (TF's colocation)."""
-    stack = contextlib.ExitStack()
-    stack.enter_context(graph.device(None))
-    if device:
-        stack.enter_context(graph.device(device))
-    return stack
+    with graph.device(None), (graph.device(device) if device else contextlib.nullcontext()):
+        yield
 
 
 def colocated(op: Operation) -> Any:
