@@ -414,6 +414,8 @@ register(OpDef("TensorArrayV3", kernel=_ta_create,
 register(OpDef("TensorArrayWriteV3", kernel=_ta_write, infer=lambda h, i, v, f: _FLOW))
 register(OpDef("TensorArrayReadV3", kernel=_ta_read,
                infer=lambda h, i, f, **kw: _elem_type(**kw)))
+
+
 def _gathered_type(indices: TensorType, *, dtype, element_shape, **_: Any) -> TensorType:
     # a vector of indices of known length is the first dimension (as TF's)
     ish = indices.shape
