@@ -53,6 +53,7 @@ from dcf.ops.gpu_raw import c_contiguous, row_stride
 __all__ = ["GpuDevice"]
 
 LANDING_MIN_BYTES = 8 << 20   # peer copies this large land on the h2d stream (see _land)
+LANDING_BUSY_BYTES = 512 << 10  # ... and from this size where the compute stream is busy
 LANDING_KEEP = 4              # idle landing buffers kept per shape and dtype
 PEER_KEEP_N = 8               # peer copies whose sources share one keep-alive event
 PEER_KEEP_BYTES = 64 << 20    # ... or this many of their bytes
@@ -479,7 +480,13 @@ class GpuDevice:
         consumers need no event of their own (a copy stream would have to wait for the
         compute stream first and make it wait in turn: two more events, no overlap). The
         source buffer stays alive until an event after the copy is done: one event per
-        PEER_KEEP_N copies or PEER_KEEP_BYTES, and at the end of the step."""
+        PEER_KEEP_N copies or PEER_KEEP_BYTES, and at the end of the step.
+
+        A copy of LANDING_MIN_BYTES or more, or of LANDING_BUSY_BYTES or more while the
+        compute stream still has work queued (the GPU is behind the host), lands on the
+        h2d stream instead (`_land`): it then runs beside that work rather than after
+        it, for two more events of host time -- which an idle GPU, waiting for the host,
+        would only wait for longer."""
         self.make_current()
         src = gv.array
         if not self._peer_copyable(src):
@@ -487,7 +494,8 @@ class GpuDevice:
         if gv.device not in self._peers:
             self._enable_peer(gv.device)
         n = src.nbytes
-        if n >= LANDING_MIN_BYTES and self._landing is not None:
+        if self._landing is not None and (n >= LANDING_MIN_BYTES or (
+                n >= LANDING_BUSY_BYTES and not self.compute.done)):
             return self._land(gv, what, where)
         dst = self.alloc(src.shape, src.dtype, what)
         self._copy_after(gv, n, what, where, lambda: self._copy_peer(
