@@ -494,9 +494,20 @@ class GpuDevice:
         if gv.device not in self._peers:
             self._enable_peer(gv.device)
         n = src.nbytes
-        if self._landing is not None and (n >= LANDING_MIN_BYTES or (
-                n >= LANDING_BUSY_BYTES and not self.compute.done)):
-            return self._land(gv, what, where)
+        if self._landing is not None and n >= LANDING_BUSY_BYTES:
+            if n >= LANDING_MIN_BYTES:
+                return self._land(gv, what, where)
+            if not self.compute.done:
+                if self._landing.get((src.shape, src.dtype.str)):
+                    return self._land(gv, what, where)
+                # none idle: a new buffer's copy would wait for the compute stream as it
+                # is (no overlap), so it runs there, into a buffer that then comes back
+                # as a landing buffer for the copies after it
+                mem = self.alloc(src.shape, src.dtype, what).data
+                self._copy_after(gv, n, what, where, lambda: self._copy_peer(
+                    mem.ptr, src, gv.device, n, self.compute.ptr, on_compute=True))
+                self.stats["landing_seeded"] += 1
+                return self._landing_array(src, mem)
         dst = self.alloc(src.shape, src.dtype, what)
         self._copy_after(gv, n, what, where, lambda: self._copy_peer(
             dst.data.ptr, src, gv.device, n, self.compute.ptr, on_compute=True))
@@ -569,7 +580,6 @@ class GpuDevice:
         readers were all enqueued before, so the next copy into it waits for that event
         only, not for everything enqueued since. A new buffer waits for the compute
         stream as it is (the pool may have handed out a block earlier kernels read)."""
-        cp = self.cp
         src = gv.array
         n = src.nbytes
         key = (src.shape, src.dtype.str)
@@ -582,9 +592,7 @@ class GpuDevice:
         else:
             mem = self.alloc(src.shape, src.dtype, what).data
             self._copy_stream_after_compute(s)
-        owner = _GiveBack(self._landed, key, mem)
-        dst = cp.ndarray(src.shape, src.dtype, cp.cuda.MemoryPointer(
-            cp.cuda.UnownedMemory(mem.ptr, n, owner, self.index), 0))
+        dst = self._landing_array(src, mem)
         s.wait_event(gv.event)
         t0 = self.record(s) if self.tracing else None
         self._copy_peer(mem.ptr, src, gv.device, n, s.ptr)
@@ -595,6 +603,14 @@ class GpuDevice:
         if t0 is not None:
             self.trace_events.append((f"P2P {what}", "MemcpyPtoP", t0, ev, "h2d") + where)
         return dst
+
+    def _landing_array(self, src: Any, mem: Any) -> Any:
+        """An array shaped as `src` over the landing buffer `mem`, which comes back to
+        the idle list (`_landed`) once it and its views are gone."""
+        cp = self.cp
+        owner = _GiveBack(self._landed, (src.shape, src.dtype.str), mem)
+        return cp.ndarray(src.shape, src.dtype, cp.cuda.MemoryPointer(
+            cp.cuda.UnownedMemory(mem.ptr, src.nbytes, owner, self.index), 0))
 
     def _peer_copyable(self, src: Any) -> bool:
         """C-contiguous, or (with strided copies) a column block of a wider matrix."""

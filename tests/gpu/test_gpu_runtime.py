@@ -669,6 +669,61 @@ def test_large_peer_copies_land_in_recycled_buffers_and_stay_right(gpu_count):
     assert all(len(v) <= G.LANDING_KEEP for v in g1._landing.values())
 
 
+def test_peer_copies_to_a_busy_gpu_land_and_stay_right(gpu_count):
+    """Copies of LANDING_BUSY_BYTES to LANDING_MIN_BYTES land on the h2d stream while the
+    receiving GPU's compute stream is busy: the first ones, with no idle landing buffer,
+    run on the compute stream into buffers that come back as landing buffers, and the
+    later ones reuse those on the h2d stream. Every iteration's result equals numpy's.
+    The receiver is kept busy by work enqueued just before the run."""
+    from dcf.actors import gpu as G
+
+    if gpu_count < 2:
+        pytest.skip("needs two GPUs")
+    g1 = G.GpuDevice.get(1)
+    if g1._landing is None:
+        pytest.skip("the cupy stand-in cannot wrap memory")
+    K = 512                                     # 1 MiB of float32 per copy
+    assert G.LANDING_BUSY_BYTES <= K * K * 4 < G.LANDING_MIN_BYTES
+    rng = np.random.default_rng(8)
+    w = (rng.standard_normal((K, K)) / np.sqrt(K)).astype(np.float32)
+    s0 = (rng.standard_normal((K, K)) * 0.1).astype(np.float32)
+    n = 40
+    g = dcf.Graph()
+    with g.as_default():
+        with dcf.device("/gpu:0"):
+            a0 = dcf.constant(s0)
+        with dcf.device("/gpu:1"):
+            b0 = dcf.constant(np.zeros_like(s0))
+
+        def body(i, a, b):
+            with dcf.device("/gpu:0"):
+                a2 = dcf.tanh(dcf.matmul(a, dcf.constant(w)))
+            with dcf.device("/gpu:1"):
+                b2 = b * 0.5 + a2           # a2 crosses to /gpu:1
+            return i + 1, a2, b2
+        _, a_out, b_out = dcf.while_loop(lambda i, a, b: i < n, body, (0, a0, b0),
+                                         parallel_iterations=8)
+    a, b = s0.astype(np.float64), np.zeros_like(s0, np.float64)
+    for _ in range(n):
+        a = np.tanh(a @ w)
+        b = b * 0.5 + a
+    cp = g1.cp
+    with dcf.Session(g) as sess:
+        sess.run([a_out, b_out])                      # compiled, kernels built
+        seeded, reused = g1.stats["landing_seeded"], g1.stats["landing_reused"]
+        g1.activate()
+        with g1.compute:                              # ~100 ms of work on /gpu:1 first
+            x = cp.full((8192, 8192), 1e-4, cp.float32)
+            for _ in range(6):
+                x = x @ x
+        got_a, got_b = sess.run([a_out, b_out])
+    np.testing.assert_allclose(got_a, a, rtol=1e-3, atol=1e-4)
+    np.testing.assert_allclose(got_b, b, rtol=1e-3, atol=1e-4)
+    assert g1.stats["landing_seeded"] > seeded
+    assert g1.stats["landing_reused"] > reused
+    assert all(len(v) <= G.LANDING_KEEP for v in g1._landing.values())
+
+
 @pytest.mark.parametrize("cols", [96, 1536])        # a plain peer copy; a landing buffer
 def test_column_blocks_cross_gpus_in_one_strided_copy(gpu_count, cols):
     """A column block of a wider matrix on /gpu:0 (rows apart, as the LSTM gates' h in
