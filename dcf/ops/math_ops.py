@@ -930,6 +930,21 @@ def _axis_value(a):
     return int(a) if a.ndim == 0 else _ints(a)
 
 
+def _int_mean(xp, x, axis, keepdims):
+    """An integer mean as TF's: the sum (in 64 bits, which wrap only for int64), divided
+    by the count with the quotient truncated toward 0, all in integers (numpy's mean
+    sums in x's dtype and divides in float64, which rounds int64 sums past 2**53)."""
+    acc = x.dtype if x.dtype.itemsize == 8 else np.dtype(x.dtype.kind + "8")
+    s = x.sum(axis=axis, dtype=acc, keepdims=keepdims)
+    n = x.size // builtins.max(s.size, 1)
+    if n == 0:   # an empty mean: numpy's 0 / 0 (TF's integer division by zero)
+        out = x.mean(axis=axis, dtype=x.dtype, keepdims=keepdims)
+    else:
+        q = s // n
+        out = (q + ((s < 0) & (q * n != s))).astype(x.dtype)   # floor to truncation
+    return out[()] if out.ndim == 0 else out
+
+
 def _reducer(method: str, dtype_rule: str):
     """Reduction kernel calling the array method (faster than np.sum's Python dispatch).
 
@@ -940,6 +955,8 @@ def _reducer(method: str, dtype_rule: str):
     def kernel(xp, x, *dyn, axis, keepdims):
         if dyn:
             axis = _axis_value(dyn[0])
+        if method == "mean" and x.dtype.kind in "iu":
+            return _int_mean(xp, x, axis, keepdims)
         f = getattr(x, method)
         if dtype_rule == "same" or (dtype_rule == "int" and x.dtype.kind in "iu"):
             out = f(axis=axis, dtype=x.dtype, keepdims=keepdims)

@@ -396,6 +396,32 @@ def test_reduction_matches_numpy_over_random_axes(fn, ref, shape, data):
         assert out.shape == want.shape
 
 
+def test_integer_mean_is_exact_and_truncates_toward_zero():
+    # TF's integer mean: the sum in integers (an int32 sum in 64 bits), divided by the
+    # count in integers; numpy's mean divides in float64, which rounded an int64 sum past
+    # 2**53, and sums int32 in int32, which wrapped
+    import dcf
+
+    def trunc_div(s, n):            # Python ints: exact
+        return abs(s) // n * (1 if s >= 0 else -1)
+
+    big = [[2**60 + 1, 2**60 + 3, -(2**55) - 8]]
+    wide = [2**31 - 1, 2**31 - 1, -5]
+    neg = [[-7, 0], [7, 0], [-1, -2]]
+    g = Graph()
+    with g.as_default():
+        outs = [M.reduce_mean(np.array(big, np.int64), axis=1),
+                M.reduce_mean(np.array(big, np.int64)[:, :1]),
+                M.reduce_mean(np.array(wide, np.int32)),
+                M.reduce_mean(np.array(neg, np.int32), axis=-1, keepdims=True)]
+    with dcf.Session(g) as sess:
+        got = sess.run(outs)
+    assert got[0].tolist() == [trunc_div(sum(big[0]), 3)]
+    assert got[1] == 2**60 + 1
+    assert got[2].dtype == np.int32 and got[2] == trunc_div(sum(wide), 3)
+    assert got[3].tolist() == [[trunc_div(sum(r), 2)] for r in neg] == [[-3], [3], [-1]]
+
+
 def test_reduction_bad_axis_is_named():
     g = Graph()
     with g.as_default():
