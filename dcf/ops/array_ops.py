@@ -649,7 +649,11 @@ def stack(values: Any, axis: int = 0, name: str | None = None) -> Tensor:
     """``np.stack(values, axis)``: join same-shaped tensors along a new axis."""
     values = list(values)
     if not any(_is_tensorlike(v) for v in values):
-        return convert_to_tensor(np.stack([np.asarray(v) for v in values], axis=axis))
+        packed = np.stack([np.asarray(v) for v in values], axis=axis)
+        if not any(isinstance(v, (np.ndarray, np.generic)) for v in values):
+            # Python numbers: int32 / float32 as dcf.constant gives them (numpy: 64 bits)
+            packed = packed.astype(dtypes.infer_dtype(values).np)
+        return convert_to_tensor(packed)
     first = next(v for v in values if _is_tensorlike(v))
     dt = convert_to_tensor(first).dtype
     values = [

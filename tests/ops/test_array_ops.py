@@ -215,6 +215,27 @@ def test_stack_then_unstack_round_trips(shape, n, data):
         np.testing.assert_array_equal(got, want)
 
 
+def test_stack_of_python_numbers_takes_constant_dtypes():
+    # Python numbers become int32 / float32 as in dcf.constant (and TF), not numpy's
+    # int64 / float64; numpy values keep their dtype
+    g = Graph()
+    with g.as_default():
+        f = A.stack([0.5, 1.0])
+        i = A.stack([[1, 2], [3, 4]], axis=1)
+        mixed = A.stack([1, 2.5])
+        wide = A.stack([1, 2**40])
+        kept = A.stack([np.float64(1.0), 2.0])
+        assert (f.dtype, i.dtype, mixed.dtype) == (dtypes.float32, dtypes.int32, dtypes.float32)
+        assert (wide.dtype, kept.dtype) == (dtypes.int64, dtypes.float64)
+        # so it meets a float32 tensor without a cast
+        y = f * placeholder(dtypes.float32, (2,))
+        feed = {y.op.inputs[1]: np.array([2.0, 3.0], np.float32)}
+    got = run_op([y, i, mixed], feed)
+    np.testing.assert_array_equal(got[0], [1.0, 3.0])
+    np.testing.assert_array_equal(got[1], [[1, 3], [2, 4]])
+    np.testing.assert_array_equal(got[2], [1.0, 2.5])
+
+
 def test_concat_errors_name_shapes():
     g = Graph()
     with g.as_default():
