@@ -930,6 +930,19 @@ def _axis_value(a):
     return int(a) if a.ndim == 0 else _ints(a)
 
 
+# a max / min over no elements is the reduction's identity (TF's; numpy raises): the
+# lowest value of the dtype for a max, the highest for a min
+_EMPTY_EXTREME = {"max": 0, "min": 1}
+
+
+def _empty_extreme(xp, method, x, axis, keepdims):
+    shape = np.add.reduce(np.empty(x.shape, np.int8), axis=axis, keepdims=keepdims).shape
+    lo, hi = (-np.inf, np.inf) if x.dtype.kind == "f" else \
+        (np.iinfo(x.dtype).min, np.iinfo(x.dtype).max)
+    out = xp.full(shape, (lo, hi)[_EMPTY_EXTREME[method]], x.dtype)
+    return out[()] if out.ndim == 0 else out
+
+
 def _int_mean(xp, x, axis, keepdims):
     """An integer mean as TF's: the sum (in 64 bits, which wrap only for int64), divided
     by the count with the quotient truncated toward 0, all in integers (numpy's mean
@@ -957,6 +970,8 @@ def _reducer(method: str, dtype_rule: str):
             axis = _axis_value(dyn[0])
         if method == "mean" and x.dtype.kind in "iu":
             return _int_mean(xp, x, axis, keepdims)
+        if method in _EMPTY_EXTREME and x.size == 0:
+            return _empty_extreme(xp, method, x, axis, keepdims)
         f = getattr(x, method)
         if dtype_rule == "same" or (dtype_rule == "int" and x.dtype.kind in "iu"):
             out = f(axis=axis, dtype=x.dtype, keepdims=keepdims)
@@ -990,7 +1005,10 @@ def _reducer(method: str, dtype_rule: str):
             if same:
                 out = reduce(x, axis=axis, dtype=x.dtype, keepdims=keepdims)
             else:
-                out = reduce(x, axis=axis, keepdims=keepdims)
+                try:
+                    out = reduce(x, axis=axis, keepdims=keepdims)
+                except ValueError:   # a max/min over no elements (numpy's error)
+                    return kernel(xp, x, axis=axis, keepdims=keepdims)
             return out[()] if out.ndim == 0 else out
 
         return reducer
@@ -1163,14 +1181,16 @@ def reduce_mean(
 def reduce_max(
     input_tensor: Any, axis: Any = None, keepdims: bool = False, name: str | None = None
 ) -> Tensor:
-    """``np.max(input_tensor, axis, keepdims=keepdims)``; ties share the gradient."""
+    """``np.max(input_tensor, axis, keepdims=keepdims)``; ties share the gradient. Over no
+    elements it is the dtype's lowest value (-inf for floats), as in TF."""
     return _reduce("Max", input_tensor, axis, keepdims, name)
 
 
 def reduce_min(
     input_tensor: Any, axis: Any = None, keepdims: bool = False, name: str | None = None
 ) -> Tensor:
-    """``np.min(input_tensor, axis, keepdims=keepdims)``; ties share the gradient."""
+    """``np.min(input_tensor, axis, keepdims=keepdims)``; ties share the gradient. Over no
+    elements it is the dtype's highest value (inf for floats), as in TF."""
     return _reduce("Min", input_tensor, axis, keepdims, name)
 
 

@@ -422,6 +422,28 @@ def test_integer_mean_is_exact_and_truncates_toward_zero():
     assert got[3].tolist() == [[trunc_div(sum(r), 2)] for r in neg] == [[-3], [3], [-1]]
 
 
+def test_max_and_min_over_no_elements_are_the_identity():
+    # TF's max of nothing is the dtype's lowest value (-inf), its min the highest; numpy
+    # raises (a batch that happens to be empty must not fail the run)
+    import dcf
+
+    g = Graph()
+    with g.as_default():
+        x = placeholder(dtypes.float32, (None, 3))
+        i = placeholder(dtypes.int32, (None, 2))
+        outs = [M.reduce_max(x, axis=0), M.reduce_min(x), M.reduce_max(i, axis=0, keepdims=True),
+                M.reduce_min(i, axis=-2), M.reduce_max(x, axis=1)]
+        gx = dcf.gradients(M.reduce_sum(M.reduce_min(x, axis=0)), x)[0]
+    xv, iv = np.zeros((0, 3), np.float32), np.zeros((0, 2), np.int32)
+    with dcf.Session(g) as sess:
+        got = sess.run(outs + [gx], {x: xv, i: iv})
+    np.testing.assert_array_equal(got[0], np.max(xv, axis=0, initial=-np.inf))
+    assert got[1].dtype == np.float32 and got[1] == np.inf
+    np.testing.assert_array_equal(got[2], [[np.iinfo(np.int32).min] * 2])
+    np.testing.assert_array_equal(got[3], [np.iinfo(np.int32).max] * 2)
+    assert got[4].shape == (0,) and got[5].shape == (0, 3)
+
+
 def test_reduction_bad_axis_is_named():
     g = Graph()
     with g.as_default():
