@@ -49,6 +49,8 @@ def _softmax_infer(x: TensorType, *, axis: int) -> TensorType:
 
 
 def _softmax(xp, x, *, axis):
+    if not x.size:   # nothing to normalise (numpy's max of no elements would raise)
+        return x.copy()
     e = x - x.max(axis=axis, keepdims=True)
     xp.exp(e, out=e)
     e /= e.sum(axis=axis, keepdims=True)
@@ -56,6 +58,8 @@ def _softmax(xp, x, *, axis):
 
 
 def _log_softmax(xp, x, *, axis):
+    if not x.size:
+        return x.copy()
     s = x - x.max(axis=axis, keepdims=True)
     s -= xp.log(xp.exp(s).sum(axis=axis, keepdims=True))
     return s
@@ -110,6 +114,9 @@ def _xent_infer(logits: TensorType, labels: TensorType) -> list[TensorType]:
 
 
 def _xent(xp, logits, labels):
+    if not logits.shape[-1]:   # no classes: a loss of 0, an empty gradient
+        back = logits - labels
+        return _s(back.sum(axis=-1)), back
     s = logits - logits.max(axis=-1, keepdims=True)
     e = xp.exp(s)
     total = e.sum(axis=-1, keepdims=True)

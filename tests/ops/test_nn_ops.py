@@ -74,6 +74,22 @@ def test_cross_entropy_along_another_axis():
     np.testing.assert_allclose(run_op(loss), -(labels * _log_softmax(logits, 0)).sum(0))
 
 
+def test_softmax_over_no_classes_is_empty_and_its_cross_entropy_zero():
+    # an axis of length 0 has nothing to normalise (as TF); numpy's max of it would raise
+    import dcf
+
+    g = Graph()
+    with g.as_default():
+        x = placeholder(dtypes.float64, (2, None))
+        y = N.softmax(x) + N.log_softmax(x) + N.softmax(x, axis=0)
+        loss = N.softmax_cross_entropy_with_logits(labels=x * 0.5, logits=x)
+        gx = dcf.gradients(M.reduce_sum(y) + M.reduce_sum(loss), x)[0]
+    with dcf.Session(g) as sess:
+        got = sess.run([y, loss, gx], {x: np.zeros((2, 0))})
+    assert got[0].shape == (2, 0) and got[2].shape == (2, 0)
+    np.testing.assert_array_equal(got[1], np.zeros(2))
+
+
 def test_sparse_label_out_of_range_is_an_error_naming_the_label():
     g = Graph()
     with g.as_default():
