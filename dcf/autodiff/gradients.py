@@ -77,6 +77,7 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None, name: str | None = None,
     xs_in = nest.flatten(xs) if isinstance(xs, (list, tuple)) else [xs]
     if ys_l:
         g = ys_l[0].graph
+    _check_one_graph(g, ys_l, xs_in, [] if grad_ys is None else nest.flatten(grad_ys))
     if grad_ys is None:
         gy_l: list = [None] * len(ys_l)
     else:
@@ -132,6 +133,20 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None, name: str | None = None,
             with colocated(handle.op if isinstance(handle, Tensor) else grp[0].op):
                 out.append(sum_grads(parts))
         return out
+
+
+def _check_one_graph(g: Graph, ys: list[Tensor], xs: list, grad_ys: list) -> None:
+    """ys, xs and grad_ys must come from one graph (TF1 raises too): no path leads to or
+    from a tensor of another graph, so its gradient would be None, as if x did not
+    matter to ys, where the call is wrong."""
+    where = f"ys[0] ('{ys[0].name}')" if ys else "the default graph"
+    for what, items in (("ys", ys), ("xs", xs), ("grad_ys", grad_ys)):
+        for i, t in enumerate(items):
+            tg = getattr(t, "graph", None)
+            if isinstance(tg, Graph) and tg is not g:
+                raise ValueError(
+                    f"gradients: {what}[{i}] ('{t.name}') is from another graph than "
+                    f"{where}; ys, xs and grad_ys must all come from one graph")
 
 
 def _grad_y_values(ys: Any, n: int, grad_ys: Any) -> list:

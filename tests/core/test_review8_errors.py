@@ -1,0 +1,33 @@
+"""Errors and validation found by a review by use (round 8): each test fails without
+its fix."""
+
+from __future__ import annotations
+
+import pytest
+
+import dcf
+
+
+def test_gradients_refuse_tensors_of_another_graph():
+    # (a tensor of another graph has no path to ys: its gradient came back None, as if
+    # it did not matter, and minimize() then said no gradient flows; TF1 raises)
+    other = dcf.Graph()
+    with other.as_default():
+        o = dcf.constant(1.0, name="o")
+        ov = dcf.Variable(1.0, name="ov")
+    a = dcf.constant(2.0, name="a")
+    y = a * 2.0
+    with pytest.raises(ValueError, match=r"xs\[0\] \('o:0'\) is from another graph"):
+        dcf.gradients(y, o)
+    with pytest.raises(ValueError, match=r"xs\[1\] \('ov'\) is from another graph"):
+        dcf.gradients(y, [a, ov])
+    with pytest.raises(ValueError,
+                       match=r"ys\[1\] \('Mul:0'\) is from another graph than ys\[0\]"):
+        dcf.gradients([y, o * 3.0], a)
+    with pytest.raises(ValueError, match=r"grad_ys\[0\] \('o:0'\) is from another graph"):
+        dcf.gradients(y, a, grad_ys=o)
+    with pytest.raises(ValueError, match="another graph"):
+        dcf.train.GradientDescentOptimizer(0.1).minimize(y, var_list=[ov])
+    # one graph: unchanged
+    with dcf.Session() as sess:
+        assert sess.run(dcf.gradients(y, a)) == [2.0]
