@@ -62,7 +62,10 @@ class TensorArray:
                 "TensorArrayV3", [size_t], name="TensorArray", dtype=self.dtype,
                 dynamic_size=dynamic_size, clear_after_read=clear_after_read,
                 element_shape=eshape, infer_shape=infer_shape, ta_name=self.name)
-        known = None if dynamic_size else constant_value(size_t)
+        known = constant_value(size_t)
+        if known is not None and int(known) < 0:
+            raise ValueError(f"TensorArray '{self.name}': size must be >= 0, got {int(known)}")
+        known = None if dynamic_size else known
         self._cell = _ShapeCell(eshape, None if known is None else int(known))
 
     # ------------------------------------------------------------ plumbing

@@ -327,6 +327,9 @@ def _compatible(a: tuple, b: tuple) -> bool:
 
 def _ta_create(xp, size, *, dtype, dynamic_size, clear_after_read, element_shape,
                infer_shape, ta_name):
+    if int(size) < 0:       # (TF's "Size should be >= 0"; [None] * -1 is an empty list)
+        raise InvalidArgumentError(f"TensorArray '{ta_name}': size must be >= 0, got "
+                                   f"{int(size)}")
     store = TensorArrayStore(ta_name, dtype, size, dynamic_size, clear_after_read,
                              element_shape, infer_shape)
     return store, _FLOW_VALUE

@@ -31,3 +31,28 @@ def test_gradients_refuse_tensors_of_another_graph():
     # one graph: unchanged
     with dcf.Session() as sess:
         assert sess.run(dcf.gradients(y, a)) == [2.0]
+
+
+def test_tensor_array_of_negative_size_is_an_error(compiled):
+    # ([None] * -1 made an empty array: stack() gave [] where TF says size must be >= 0)
+    n = dcf.placeholder(dcf.int32, [], name="n")
+    stacked = dcf.TensorArray(dcf.float32, size=n, name="arr").stack()
+
+    def body(i, acc):
+        ta = dcf.TensorArray(dcf.float32, size=n - i, name="inner")
+        return i + 1, acc + dcf.cast(ta.size(), dcf.float32)
+
+    _, total = dcf.while_loop(lambda i, acc: i < 3, body, [0, 0.0], name="L")
+    with dcf.Session(config=compiled) as sess:
+        with pytest.raises(dcf.errors.InvalidArgumentError,
+                           match=r"^TensorArrayV3 'arr/TensorArray': TensorArray 'arr': size "
+                                 r"must be >= 0, got -1"):
+            sess.run(stacked, {n: -1})
+        with pytest.raises(dcf.errors.InvalidArgumentError,
+                           match=r"frame 'L' iteration 2: TensorArray 'L/inner': size must "
+                                 r"be >= 0, got -1"):
+            sess.run(total, {n: 1})
+        assert sess.run(stacked, {n: 0}).shape == (0,)
+        assert sess.run(total, {n: 3}) == 6.0
+    with pytest.raises(ValueError, match="TensorArray 'const': size must be >= 0, got -2"):
+        dcf.TensorArray(dcf.float32, size=-2, name="const")
