@@ -429,7 +429,8 @@ def check_pred(pred: Any) -> None:
     if getattr(pred, "ndim", 0):
         raise InvalidArgumentError(
             f"the predicate must be a scalar bool, but it has shape {list(pred.shape)} "
-            "(reduce it: dcf.reduce_all / dcf.reduce_any, or index one element)")
+            "(reduce it: all is dcf.reduce_min(dcf.cast(p, dcf.int32)) > 0, any is "
+            "dcf.reduce_max(dcf.cast(p, dcf.int32)) > 0; or index one element)")
 
 
 def _merge(ex: Executor, node: NodeInfo, ist: IterState) -> bool:

@@ -3,6 +3,8 @@ its fix."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 import dcf
@@ -56,3 +58,17 @@ def test_tensor_array_of_negative_size_is_an_error(compiled):
         assert sess.run(total, {n: 3}) == 6.0
     with pytest.raises(ValueError, match="TensorArray 'const': size must be >= 0, got -2"):
         dcf.TensorArray(dcf.float32, size=-2, name="const")
+
+
+def test_non_scalar_predicate_error_suggests_ops_that_exist(compiled):
+    # (it suggested dcf.reduce_all / dcf.reduce_any, which dcf does not have)
+    b = dcf.placeholder(dcf.bool, None, name="b")
+    x = dcf.placeholder(dcf.float32, [], name="x")
+    _, out = dcf.while_loop(lambda i, a: b, lambda i, a: (i + 1, a), [0, x], name="W")
+    with dcf.Session(config=compiled) as sess:
+        with pytest.raises(dcf.errors.InvalidArgumentError) as info:
+            sess.run(out, {b: [True, False], x: 1.0})
+    msg = str(info.value)
+    assert "frame 'W' iteration 0" in msg and "shape [2]" in msg
+    suggested = {name for name in re.findall(r"dcf\.(\w+)", msg)}
+    assert suggested and all(hasattr(dcf, name) for name in suggested), suggested
