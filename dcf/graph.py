@@ -318,10 +318,10 @@ class Graph:
         if not op_name:
             raise ValueError(f"tensor names look like 'op:0', got {name!r}")
         op = self.get_operation_by_name(op_name)
-        try:
-            return op.outputs[int(idx)]
-        except (ValueError, IndexError):
-            raise KeyError(f"op {op_name!r} has no output {idx!r}") from None
+        # (digits only: 'op:-1' names no tensor, though outputs[-1] is the last one)
+        if not (idx.isascii() and idx.isdigit()) or int(idx) >= len(op.outputs):
+            raise KeyError(f"op {op_name!r} has no output {idx!r}")
+        return op.outputs[int(idx)]
 
     def add_to_collection(self, key: str, value: Any) -> None:
         self.collections.setdefault(key, []).append(value)

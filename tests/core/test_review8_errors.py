@@ -72,3 +72,16 @@ def test_non_scalar_predicate_error_suggests_ops_that_exist(compiled):
     assert "frame 'W' iteration 0" in msg and "shape [2]" in msg
     suggested = {name for name in re.findall(r"dcf\.(\w+)", msg)}
     assert suggested and all(hasattr(dcf, name) for name in suggested), suggested
+
+
+def test_a_negative_output_index_names_no_tensor():
+    # ('sp:-1' was sp's last output, as Python indexing; TF1 has no such tensor)
+    g = dcf.get_default_graph()
+    parts = dcf.split(dcf.ones([4]), 2, name="sp")
+    assert g.get_tensor_by_name("sp:1") is parts[1]
+    for bad in ("sp:-1", "sp:2", "sp:x", "sp:\u00b2"):
+        with pytest.raises(KeyError, match="op 'sp' has no output"):
+            g.get_tensor_by_name(bad)
+    with dcf.Session() as sess:
+        with pytest.raises(KeyError, match="op 'sp' has no output '-1'"):
+            sess.run("sp:-1")
