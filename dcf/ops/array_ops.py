@@ -188,6 +188,17 @@ def _static_axis(axis: Any, what: str = "axis") -> int:
     return v
 
 
+def _static_axes(axes: Any, what: str = "axis") -> tuple:
+    """A build-time int or list of ints (axes, a permutation) as a tuple of ints. A float
+    or bool is a TypeError, as in TF: int() made axis=1.7 axis 1 and True axis 1."""
+    arr = np.asarray(axes)
+    items = axes if isinstance(axes, (list, tuple)) else [axes]    # ([0, True] is ints)
+    if arr.size and (arr.dtype.kind not in "iu" or
+                     any(isinstance(a, (bool, np.bool_)) for a in items)):
+        raise TypeError(f"{what} must be an int or a list of ints, got {axes!r}")
+    return tuple(int(a) for a in arr.reshape(-1))
+
+
 def _known_value(t: Any) -> Any:
     """constant_value, also seeing through ``shape(x)[k]`` where x's dim k is static."""
     v = constant_value(t)
@@ -478,7 +489,7 @@ def transpose(a: Any, perm: Any = None, name: str | None = None) -> Tensor:
     if perm is not None and _is_tensorlike(perm) and constant_value(perm) is None:
         return apply("Transpose", [a, perm], name, perm=None)
     if perm is not None:
-        perm = tuple(int(p) for p in np.asarray(constant_value(perm)).reshape(-1))
+        perm = _static_axes(constant_value(perm) if _is_tensorlike(perm) else perm, "perm")
     return apply("Transpose", [a], name, perm=perm)
 
 
@@ -539,7 +550,7 @@ def expand_dims(input: Any, axis: int, name: str | None = None) -> Tensor:
 def squeeze(input: Any, axis: Any = None, name: str | None = None) -> Tensor:
     """``np.squeeze(input, axis)``: drop size-1 axes (all of them when axis is None)."""
     if axis is not None:
-        axis = tuple(int(a) for a in np.asarray(axis).reshape(-1))
+        axis = _static_axes(axis)
     return apply("Squeeze", [input], name, axis=axis)
 
 
@@ -659,7 +670,7 @@ def stack(values: Any, axis: int = 0, name: str | None = None) -> Tensor:
     values = [
         v if _is_tensorlike(v) else _const(v, dt, convert_to_tensor(first).graph) for v in values
     ]
-    return apply("Pack", values, name, axis=int(axis))
+    return apply("Pack", values, name, axis=_static_axis(axis))
 
 
 def _unpack_infer(x: TensorType, *, num: int, axis: int) -> list[TensorType]:
@@ -701,6 +712,7 @@ def unstack(value: Any, num: int | None = None, axis: int = 0, name: str | None 
     `num` defaults to the static size of that axis; ValueError when it is unknown.
     """
     x = convert_to_tensor(value)
+    axis = _static_axis(axis)
     if num is None:
         if x.shape is None or x.shape[_norm_axis(axis, x.type.rank)] is None:
             raise ValueError(f"unstack: cannot infer num from the shape of {x!r}; pass num=")
@@ -1495,7 +1507,7 @@ def one_hot(
         [indices, *vals] + ([dyn] if dyn is not None else []),
         name,
         depth=static,
-        axis=int(axis),
+        axis=_static_axis(axis),
     )
 
 

@@ -31,6 +31,8 @@ from dcf.ops.array_ops import (
     _norm_axis,
     _prod,
     _shape_of,
+    _static_axes,
+    _static_axis,
     broadcast_gradient_args,
     broadcast_to,
     ones_like,
@@ -1157,7 +1159,7 @@ def _reduce(type_: str, x: Any, axis: Any, keepdims: bool, name: str | None) -> 
             return apply(type_, [x, axis], name, axis=None, keepdims=bool(keepdims))
         axis = v
     if axis is not None:
-        axis = tuple(int(a) for a in np.asarray(axis).reshape(-1))
+        axis = _static_axes(axis)
     return apply(type_, [x], name, axis=axis, keepdims=bool(keepdims))
 
 
@@ -1247,7 +1249,7 @@ def _arg(type_: str, x: Any, axis: Any, output_type: Any, name: str | None) -> T
     if _is_tensorlike(axis) and constant_value(axis) is None:
         return apply(type_, [x, axis], name, axis=None, output_type=dt)
     a = constant_value(axis) if _is_tensorlike(axis) else axis
-    return apply(type_, [x], name, axis=int(a), output_type=dt)
+    return apply(type_, [x], name, axis=_static_axis(a), output_type=dt)
 
 
 def argmax(

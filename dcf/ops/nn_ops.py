@@ -12,6 +12,7 @@ from dcf.ops.array_ops import (
     _gradient,
     _norm_axis,
     _s,
+    _static_axis,
     concat,
     expand_dims,
     rank,
@@ -84,13 +85,14 @@ def _log_softmax_grad(op, g):
 def softmax(logits: Any, axis: int | None = None, name: str | None = None) -> Tensor:
     """``e = np.exp(logits - logits.max(axis, keepdims=True)); e / e.sum(axis, keepdims=True)``
     with axis=-1 by default."""
-    return apply("Softmax", [logits], name, axis=-1 if axis is None else int(axis))
+    return apply("Softmax", [logits], name, axis=-1 if axis is None else _static_axis(axis))
 
 
 def log_softmax(logits: Any, axis: int | None = None, name: str | None = None) -> Tensor:
     """``logits - log(sum(exp(logits), axis, keepdims=True))``, computed stably;
     axis=-1 by default."""
-    return apply("LogSoftmax", [logits], name, axis=-1 if axis is None else int(axis))
+    return apply("LogSoftmax", [logits], name,
+                 axis=-1 if axis is None else _static_axis(axis))
 
 
 # ------------------------------------------------------------ cross-entropy

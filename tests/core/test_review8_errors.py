@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 
 import dcf
@@ -85,3 +86,35 @@ def test_a_negative_output_index_names_no_tensor():
     with dcf.Session() as sess:
         with pytest.raises(KeyError, match="op 'sp' has no output '-1'"):
             sess.run("sp:-1")
+
+
+def test_a_float_or_bool_axis_is_a_type_error_not_truncated():
+    # (int() made axis=1.7 axis 1 and axis=True axis 1 for reductions, argmax/argmin,
+    # transpose, squeeze, stack, unstack, one_hot and softmax; TF refuses both)
+    a = dcf.constant([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    builds = {
+        "reduce_sum": lambda ax: dcf.reduce_sum(a, ax),
+        "reduce_max list": lambda ax: dcf.reduce_max(a, [0, ax]),
+        "argmax": lambda ax: dcf.argmax(a, ax),
+        "argmin tensor": lambda ax: dcf.argmin(a, dcf.constant(ax)),
+        "transpose": lambda ax: dcf.transpose(a, [ax, 0]),
+        "squeeze": lambda ax: dcf.squeeze(dcf.ones([2, 1]), [ax]),
+        "stack": lambda ax: dcf.stack([a, a], axis=ax),
+        "unstack": lambda ax: dcf.unstack(a, axis=ax),
+        "one_hot": lambda ax: dcf.one_hot([0, 1], 3, axis=ax),
+        "softmax": lambda ax: dcf.nn.softmax(a, axis=ax),
+        "log_softmax": lambda ax: dcf.nn.log_softmax(a, axis=ax),
+    }
+    for what, build in builds.items():
+        for bad in (1.7, True):
+            with pytest.raises(TypeError, match="int"):
+                build(bad)
+                pytest.fail(f"{what} took axis={bad!r}")
+    # ints (Python or numpy) and an empty axis list still work
+    with dcf.Session() as sess:
+        got = sess.run([dcf.reduce_sum(a, np.int64(1)), dcf.reduce_sum(a, []),
+                        dcf.transpose(a, np.array([1, 0])), dcf.argmax(a, -1)])
+    np.testing.assert_array_equal(got[0], [6.0, 15.0])
+    np.testing.assert_array_equal(got[1], [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    np.testing.assert_array_equal(got[2], [[1.0, 4.0], [2.0, 5.0], [3.0, 6.0]])
+    np.testing.assert_array_equal(got[3], [2, 2])
