@@ -273,15 +273,11 @@ class Saver:
         """Assign every variable the value stored in `save_path` (all of them, or none
         where a value is missing or does not fit)."""
         path = _npz_path(save_path)
-        with np.load(path, allow_pickle=False) as data:
-            missing = [k for k in self._keys if k not in data.files]
-            if missing:
-                raise KeyError(f"checkpoint {path} has no values for {missing}")
-            feed = {}
-            for k, v, p in zip(self._keys, self.var_list, self._feeds):
-                value = data[k]
-                _check_restorable(v, value, path)
-                feed[p] = value
+        values = _read_checkpoint(path, self._keys)
+        feed = {}
+        for k, v, p in zip(self._keys, self.var_list, self._feeds):
+            _check_restorable(v, values[k], path)
+            feed[p] = values[k]
         return sess.run(self._restore, feed)     # (an awaitable, from an AsyncSession)
 
 
@@ -384,6 +380,28 @@ def _write_npz(f: Any, items: list) -> None:
         for name, value in items:
             with zf.open(name + ".npy", "w", force_zip64=True) as out:
                 np.lib.format.write_array(out, np.asanyarray(value), allow_pickle=False)
+
+
+def _read_checkpoint(path: str, keys: list[str]) -> dict[str, np.ndarray]:
+    """The arrays stored under `keys` in checkpoint `path`. A file that is not a
+    checkpoint (truncated, corrupted, another format) is an InvalidArgumentError naming
+    it, where numpy's errors spoke of zip files or of pickled data; a missing key is a
+    KeyError."""
+    try:
+        data = np.load(path, allow_pickle=False)
+        if not isinstance(data, np.lib.npyio.NpzFile):
+            raise ValueError("it holds one array, not a .npz of named arrays")
+        with data:
+            missing = [k for k in keys if k not in data.files]
+            if missing:
+                raise KeyError(f"checkpoint {path} has no values for {missing}")
+            return {k: data[k] for k in keys}
+    except (ValueError, EOFError, zipfile.BadZipFile) as e:
+        why = f"{type(e).__name__}: {e}"
+        if "allow_pickle=" in why and "Object arrays" not in why:
+            why = "it is not a .npz file"   # (numpy's guess: pickled data, to load unsafely)
+        raise InvalidArgumentError(
+            f"checkpoint {path} cannot be read as a checkpoint a Saver wrote: {why}") from e
 
 
 def _check_restorable(var: Variable, value: np.ndarray, path: str) -> None:

@@ -118,3 +118,29 @@ def test_a_float_or_bool_axis_is_a_type_error_not_truncated():
     np.testing.assert_array_equal(got[1], [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
     np.testing.assert_array_equal(got[2], [[1.0, 4.0], [2.0, 5.0], [3.0, 6.0]])
     np.testing.assert_array_equal(got[3], [2, 2])
+
+
+def test_restoring_a_file_that_is_not_a_checkpoint_names_it(tmp_path):
+    # (numpy's errors came through: zipfile.BadZipFile for a truncated checkpoint, and a
+    # ValueError suggesting allow_pickle=True, an unsafe load, for a file of another kind)
+    v = dcf.Variable(np.ones(3, np.float32), name="v")
+    saver = dcf.train.Saver([v])
+    with dcf.Session() as sess:
+        sess.run(dcf.global_variables_initializer())
+        good = saver.save(sess, str(tmp_path / "good"))
+        data = open(good, "rb").read()
+        (tmp_path / "trunc.npz").write_bytes(data[:len(data) // 2])
+        (tmp_path / "text.npz").write_bytes(b"not a checkpoint\n")
+        np.save(tmp_path / "one.npy", np.ones(3, np.float32))
+        (tmp_path / "one.npy").rename(tmp_path / "one.npz")
+        sess.run(v.assign([5.0, 6.0, 7.0]))
+        for name in ("trunc", "text", "one"):
+            path = str(tmp_path / name)
+            with pytest.raises(dcf.errors.InvalidArgumentError,
+                               match=f"checkpoint {path}.npz cannot be read as a checkpoint"
+                               ) as info:
+                saver.restore(sess, path)
+            assert "allow_pickle" not in str(info.value)
+            np.testing.assert_array_equal(sess.run(v), [5.0, 6.0, 7.0])
+        saver.restore(sess, good)
+        np.testing.assert_array_equal(sess.run(v), [1.0, 1.0, 1.0])
