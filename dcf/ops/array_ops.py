@@ -757,12 +757,13 @@ def _split(xp, x, *dyn, sizes, num, axis):
     if sizes is None and not dyn:
         out = tuple(xp.split(x, num, axis=axis))
         return out[0] if num == 1 else out  # the executor wraps single outputs itself
-    sizes = list(sizes if sizes is not None else _ints(dyn[0]))
+    given = list(sizes if sizes is not None else _ints(dyn[0]))
+    sizes = list(given)
     if -1 in sizes:
         sizes[sizes.index(-1)] = x.shape[axis] - (builtins.sum(sizes) + 1)
     if len(sizes) != num or builtins.sum(sizes) != x.shape[axis] or min(sizes) < 0:
-        raise InvalidArgumentError(
-            f"size_splits {sizes} do not add up to {x.shape[axis]}, "
+        raise InvalidArgumentError(     # (the sizes as given: [-1, -1] is not [5, -1])
+            f"size_splits {given} do not add up to {x.shape[axis]}, "
             f"the size of axis {axis} of a value of shape "
             f"{list(x.shape)}"
         )

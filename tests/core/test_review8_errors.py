@@ -144,3 +144,14 @@ def test_restoring_a_file_that_is_not_a_checkpoint_names_it(tmp_path):
             np.testing.assert_array_equal(sess.run(v), [5.0, 6.0, 7.0])
         saver.restore(sess, good)
         np.testing.assert_array_equal(sess.run(v), [1.0, 1.0, 1.0])
+
+
+def test_split_error_shows_the_sizes_as_fed():
+    # (a fed [-1, -1] was reported as "size_splits [5, -1]": the first -1 resolved)
+    s = dcf.placeholder(dcf.int32, [2], name="s")
+    parts = dcf.split(dcf.ones([4]), s, num=2, name="sp")
+    with dcf.Session() as sess:
+        with pytest.raises(dcf.errors.InvalidArgumentError,
+                           match=r"^SplitV 'sp': size_splits \[-1, -1\] do not add up to 4"):
+            sess.run(parts, {s: [-1, -1]})
+        assert [p.shape for p in sess.run(parts, {s: [-1, 3]})] == [(1,), (3,)]
