@@ -401,7 +401,7 @@ class WorkerHost:
                                                   compiled=plan.compiled))
             exs = await _gather_fail_fast(coros)
             events: list = []
-            for ex, (dev, _, _, fetch_keys) in zip(exs, plan.parts):
+            for ex, (dev, p, _, fetch_keys) in zip(exs, plan.parts):
                 for local, k in enumerate(fetch_keys):
                     v = _host(ex.results[local])
                     key = (step, FETCH, (k,))
@@ -410,9 +410,11 @@ class WorkerHost:
                     else:
                         try:
                             self.transport.send_tensor(c.name, key, v)
-                        except CodecError as e:
+                        except (CodecError, ValueError) as e:   # (ValueError: too large)
+                            node, idx = p.fetch_refs[local]
                             raise InvalidArgumentError(
-                                f"fetch {k} on {dev} cannot be sent to the client: {e}") from e
+                                f"fetch {node.name}:{idx} ({node.type}) on {dev} cannot be "
+                                f"sent to the client: {e}") from e
                 if trace:
                     events.extend([dev, *ev] for ev in ex.trace)
             send(c.name, {"type": "done", "step": step,

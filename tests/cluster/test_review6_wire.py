@@ -157,6 +157,40 @@ def test_a_worker_error_whose_text_cannot_be_sent_as_is_fails_the_run(cluster2, 
         assert sess.run(x + 1.0, {x: 1.0}) == 2.0
 
 
+def _set_message_limit(nbytes):
+    """A py_func's body: the max_message_bytes of the worker process it runs in."""
+    import gc
+
+    from dcf.worker import WorkerHost
+
+    for o in gc.get_objects():
+        if isinstance(o, WorkerHost):
+            o.transport.max_message_bytes = int(nbytes)
+    return np.int64(0)
+
+
+def test_a_fetch_too_large_for_the_wire_is_an_invalid_argument_naming_it(cluster2):
+    # a fetch past the transport's max_message_bytes (2 GiB; lowered here in the worker, so
+    # that the test sends 8 KB) raised a bare ValueError in the worker, which reached the
+    # run as "WorkerError: worker ... failed", as if the worker had been lost
+    limit = dcf.placeholder(dcf.int64, (), name="limit")
+    with on(0):
+        set_limit = dcf.py_func(_set_message_limit, [limit], dcf.int64, name="set_limit")
+        big = dcf.fill([2048], 1.0, name="big")
+        small = dcf.reduce_sum(big, name="small")
+    with dcf.Session(cluster=cluster2) as sess:
+        sess.run(set_limit, {limit: 4096})
+        try:
+            with pytest.raises(InvalidArgumentError,
+                               match=r"fetch big:0 \(Fill\) on /job:worker/task:0/cpu:0 "
+                                     r"cannot be sent to the client: .*max_message_bytes"):
+                sess.run(big, options=dcf.RunOptions(timeout_s=10))
+            assert sess.run(small) == 2048.0    # the worker still serves
+        finally:
+            sess.run(set_limit, {limit: 1 << 31})
+        assert sess.run(big).shape == (2048,)
+
+
 @pytest.mark.asyncio
 async def test_a_step_aborted_in_the_burst_of_its_run_is_forgotten():
     # needs /tmp/review6/patches/wire-4.patch (dcf/worker.py): a task cancelled before it
