@@ -418,7 +418,7 @@ class _Client:
         return _RemotePlan(pid, session, info)
 
     def start_step(self, step: int, rp: _RemotePlan, feed_values: list, rendezvous: Any,
-                   trace: bool) -> _Step:
+                   trace: bool, feed_tensors: list) -> _Step:
         self.check_alive(rp.workers)
         fut = asyncio.get_running_loop().create_future()
         st = _Step(step, set(rp.workers), rendezvous, fut, pending=set(rp.workers))
@@ -426,7 +426,13 @@ class _Client:
         try:
             for name, info in rp.workers.items():
                 for k in info["feeds"]:
-                    self.send_tensor(name, (step, FEED, (k,)), feed_values[k])
+                    try:
+                        self.send_tensor(name, (step, FEED, (k,)), feed_values[k])
+                    except InvalidArgumentError as e:   # (too large, say: name the feed)
+                        t = feed_tensors[k]
+                        raise InvalidArgumentError(
+                            f"the value fed to {t.name} ({t.op.type} '{t.op.name}') cannot "
+                            f"be sent to {name}: {e.__cause__ or e}") from e
                 self.transport.send_control(name, {"type": "run", "step": step,
                                                    "plan": rp.pid, "session": rp.session,
                                                    "trace": trace})

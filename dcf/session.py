@@ -576,7 +576,8 @@ class AsyncSession:
         """One step over the client's partitions and the workers' (on the I/O loop)."""
         client = self.cluster._client
         step = client.new_step()
-        st = client.start_step(step, rp.remote, feed_values, self._rendezvous, options.trace)
+        st = client.start_step(step, rp.remote, feed_values, self._rendezvous, options.trace,
+                               feed_tensors)
         coros = [self._actors[dev].run_step(
             plan, [feed_values[k] for k in feed_idx], step, self._rendezvous,
             trace=options.trace, compiled=self.config.compile_frames)

@@ -191,6 +191,24 @@ def test_a_fetch_too_large_for_the_wire_is_an_invalid_argument_naming_it(cluster
         assert sess.run(big).shape == (2048,)
 
 
+def test_a_feed_too_large_for_the_wire_names_the_fed_tensor(cluster2):
+    # the error named the wire's feed edge ("cannot send '!feed' to ..."), not the tensor fed
+    x = dcf.placeholder(dcf.float32, (None,), name="big_in")
+    with on(0):
+        y = dcf.reduce_sum(x)
+    transport = cluster2._client.transport
+    with dcf.Session(cluster=cluster2) as sess:
+        transport.max_message_bytes = 4096
+        try:
+            with pytest.raises(InvalidArgumentError,
+                               match=r"the value fed to big_in:0 \(Placeholder 'big_in'\) "
+                                     r"cannot be sent to /job:worker/task:0: .*max_message_"):
+                sess.run(y, {x: np.ones(2048, np.float32)}, options=dcf.RunOptions(timeout_s=10))
+        finally:
+            transport.max_message_bytes = 1 << 31
+        assert sess.run(y, {x: np.ones(2048, np.float32)}) == 2048.0
+
+
 @pytest.mark.asyncio
 async def test_a_step_aborted_in_the_burst_of_its_run_is_forgotten():
     # needs /tmp/review6/patches/wire-4.patch (dcf/worker.py): a task cancelled before it
