@@ -141,7 +141,9 @@ def while_grad(state: GradState, w: WhileContext, inputs: list[Tensor],
     """The gradient loop of `w`. `need[k]`: whether a gradient is wanted for inputs[k]
     (the loop's Enter inputs, then its constants' inputs); constants none is wanted for
     are not differentiated (loop variables always are: their gradients flow on to the
-    others through the iterations)."""
+    others through the iterations). A constant or target that only the loop's
+    predicate reads (a threshold, a Variable compared with the counter) gets None, as
+    in TF1: its accumulator stays zero, but no gradient path leads to it."""
     g = state.graph
     if not w.back_prop:
         raise ValueError(f"gradients: while_loop '{w.frame_name}' was built with "
@@ -167,6 +169,8 @@ def while_grad(state: GradState, w: WhileContext, inputs: list[Tensor],
     # body again, a cycle whose ops never get all their gradients, and an op before it
     # (logits that an argmax reads, say) would then never pass its gradient on
     state.stops.update(w.body_inputs[k].outputs[0] for k in range(n_vars) if k not in diff)
+    # which constants and targets the body passes a gradient to (set when it is built)
+    reached: dict[str, list[bool]] = {}
 
     def body(n: Tensor, dvs: list, accs: list, taccs: list) -> tuple:
         ys = [w.body_results[k] for k in diff]
@@ -178,6 +182,8 @@ def while_grad(state: GradState, w: WhileContext, inputs: list[Tensor],
         gb = grads[:len(bins)]
         gc = grads[len(bins):len(bins) + len(cins)]
         gt = grads[len(bins) + len(cins):]
+        reached["consts"] = [gv is not None for gv in gc]
+        reached["targets"] = [gv is not None for gv in gt]
         new_dv = []
         for k, gv, b in zip(diff, gb, bins):
             with on_device(g, _home(w.enters[k])):
@@ -230,9 +236,9 @@ def while_grad(state: GradState, w: WhileContext, inputs: list[Tensor],
     in_grads: list = [None] * len(inputs)
     for k, gv in zip(diff, dv):
         in_grads[k] = gv
-    for ce, gv in zip(consts, acc):
-        in_grads[n_vars + w.const_enters.index(ce)] = gv
-    return in_grads, dict(zip(targets, tacc))
+    for ce, gv, r in zip(consts, acc, reached["consts"]):
+        in_grads[n_vars + w.const_enters.index(ce)] = gv if r else None
+    return in_grads, {t: gv for t, gv, r in zip(targets, tacc, reached["targets"]) if r}
 
 
 def _grad_invariant(w: WhileContext, k: int, d0: Tensor) -> tuple | None:

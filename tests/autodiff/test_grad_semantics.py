@@ -67,6 +67,29 @@ def test_gradient_is_none_without_a_path(compiled):
     np.testing.assert_allclose(run(gx, {x: np.ones(3), i: 2}, compiled), np.full(3, 8.0))
 
 
+def test_value_only_a_loop_predicate_reads_gets_none(compiled):
+    # a threshold (a tensor, a Variable) compared with the counter decides the trip
+    # count, but a comparison carries no gradient: None, as in TF1, not zeros -- also
+    # from a loop nested in another
+    limit = dcf.placeholder(F64, ())
+    v = dcf.Variable(np.float64(2.0), name="v")
+    w = dcf.placeholder(F64, ())
+
+    def inner(a):
+        return dcf.while_loop(lambda j, b: dcf.cast(j, F64) < limit + v.read_value(),
+                              lambda j, b: (j + 1, b * w), (0, a))[1]
+    flat = inner(dcf.constant(1.0, F64))
+    nested = dcf.while_loop(lambda i, a: i < 2, lambda i, a: (i + 1, inner(a)),
+                            (0, dcf.constant(1.0, F64)))[1]
+    g_limit, g_v, g_w = dcf.gradients(flat, [limit, v, w])
+    n_limit, n_v, n_w = dcf.gradients(nested, [limit, v, w])
+    assert g_limit is None and g_v is None and n_limit is None and n_v is None
+    with dcf.Session(config=compiled) as sess:
+        sess.run(dcf.global_variables_initializer())
+        got = sess.run([g_w, n_w], {limit: 1.0, w: 1.5})
+    np.testing.assert_allclose(got, [3 * 1.5 ** 2, 6 * 1.5 ** 5])   # w^3, w^6
+
+
 def test_stop_gradient_blocks_gradient_inside_loop(compiled):
     x = dcf.placeholder(F64, ())
     w = dcf.placeholder(F64, ())
