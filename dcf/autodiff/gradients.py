@@ -50,6 +50,8 @@ class GradState:
         # second order: forward tensor -> stacks holding gradients of its saved copies
         self.stack_grads: dict[Tensor, list[Tensor]] = {}
         self.stack_grad_loops: dict[Any, list[Operation]] = {}
+        # ... and the value pushed on each of those stacks (its handle -> the gradient)
+        self.stack_grad_values: dict[Tensor, Tensor] = {}
 
 
 _ACTIVE: list[GradState] = []
@@ -287,6 +289,23 @@ class _Units:
         self.level = level
         self.graph = graph
         self.by_key: dict[Any, _Unit] = {}
+        self._popped: dict[int, list[Tensor]] | None = None
+
+    def upstream(self, u: _Unit) -> list[Tensor]:
+        """What u is computed from, for the walk's order: its inputs, and the saved
+        values that stack pops inside it read (made in another construct here). Such a
+        pop reads no tensor, but the gradient reaching it is pushed by u's gradient loop
+        and popped by that of the construct holding the value, which must be built
+        after it; and a pop can be the only way from ys to that construct (a gradient
+        loop of a gradient loop popping what the first one's own gradient pushed: third
+        order)."""
+        if self._popped is None:
+            self._popped = {}
+            for pop, source in self.graph._pop_source.items():
+                pu, su = self.of(pop.outputs[0]), self.of(source)
+                if pu is not None and su is not None and pu is not su and pu.kind != "op":
+                    self._popped.setdefault(id(pu), []).append(source)
+        return u.inputs + self._popped.get(id(u), [])
 
     def of(self, t: Tensor) -> _Unit | None:
         op = t.op
@@ -402,7 +421,7 @@ def vjp(state: GradState, ys: list[Tensor], xs: list[Tensor], grad_ys: list,
         r = u.kind == "op" and u.obj in state.graph._pop_source
         if u.kind != "op" and _has_inner_target(u, state):
             r = True
-        return [u, r, iter(u.inputs)]
+        return [u, r, iter(units.upstream(u))]
 
     def visit(root: _Unit) -> bool:
         # (with a stack of its own, not Python's: a chain of thousands of ops is walked
@@ -441,7 +460,7 @@ def vjp(state: GradState, ys: list[Tensor], xs: list[Tensor], grad_ys: list,
             from dcf.autodiff.loop_state import pop_stack_grads
 
             ys.append(t)
-            grad_ys.append(pop_stack_grads(t, handles))
+            grad_ys.append(pop_stack_grads(t, handles, state.stack_grad_values))
     for y, gy in zip(ys, grad_ys):
         if gy is None or not differentiable(y):
             continue
@@ -467,7 +486,7 @@ def vjp(state: GradState, ys: list[Tensor], xs: list[Tensor], grad_ys: list,
         for t in u.outputs:
             producer[t] = u
     for u in order:
-        for t in u.inputs:
+        for t in units.upstream(u):
             if t in ends:
                 continue
             pu = units.of(t)
@@ -517,7 +536,7 @@ def vjp(state: GradState, ys: list[Tensor], xs: list[Tensor], grad_ys: list,
         for t, gi in extra.items():
             if gi is not None:
                 inner.setdefault(t, []).append(gi)
-        for t in u.inputs:
+        for t in units.upstream(u):
             if t in ends:
                 continue
             pu = units.of(t)

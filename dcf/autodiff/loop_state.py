@@ -254,6 +254,7 @@ def push_pop_grad(state: Any, pop: Operation, grad: Tensor) -> None:
                        stack_name=f"{t.name}@grad", swap_memory=swap)
     push = apply("StackPushV2", [handle, grad], name="grad_stack_push", swap_memory=swap).op
     state.stack_grads.setdefault(t, []).append(handle)
+    state.stack_grad_values[handle] = grad
     if loop is not None:
         # t's backward loop must start only after this loop pushed everything: for
         # nested loops, the outermost backward loop around t waits for the outermost
@@ -303,12 +304,20 @@ def _outermost(w: Any) -> Any:
     return w
 
 
-def pop_stack_grads(t: Tensor, handles: list) -> Tensor:
-    """Inside t's backward loop: pop this iteration's extra gradients of t."""
+def pop_stack_grads(t: Tensor, handles: list, pushed: dict) -> Tensor:
+    """Inside t's backward loop: pop this iteration's extra gradients of t (`pushed`:
+    stack handle -> the value push_pop_grad pushes on it)."""
     g = t.graph
     ctx = g._ctx
-    parts = [apply("StackPopV2", [h], name="grad_stack_pop", elem_type=t.dtype, shape=t.shape,
-                   control_inputs=[ctx.pivot()]) for h in handles]
+    parts = []
+    for h in handles:
+        pop = apply("StackPopV2", [h], name="grad_stack_pop", elem_type=t.dtype, shape=t.shape,
+                    control_inputs=[ctx.pivot()])
+        # third order: this pop is a saved value as the pops of forward values are (of
+        # the gradient that the loop around the push computed), so a gradient reaching
+        # it flows back to what was pushed
+        g._pop_source[pop.op] = pushed[h]
+        parts.append(pop)
     if len(parts) == 1:
         return parts[0]
     from dcf.ops.math_ops import add_n

@@ -140,6 +140,50 @@ def test_nested_second_derivatives_match_finite_differences(combo, compiled):
     assert checked >= 2
 
 
+def _loop_power(x, n: int, captured: bool):
+    """x ** 3 ** n by a loop (a -> a * a * a), or x ** (2 ** (n + 1) - 1) where the body
+    also reads x from outside (a -> a * a * x)."""
+    body = (lambda i, a: (i + 1, a * a * x)) if captured else (lambda i, a: (i + 1, a * a * a))
+    return dcf.while_loop(lambda i, a: i < n, body, (0, x))[1]
+
+
+@pytest.mark.parametrize("n", [1, 2])
+@pytest.mark.parametrize("captured", [False, True], ids=["loop_var_only", "captured"])
+def test_third_and_fourth_derivatives_through_a_loop(n, captured, compiled):
+    """The second gradient's loops pop, besides forward values, the gradients that the
+    first gradient's own gradient loops pushed (pop_stack_grads): a third gradient
+    passes through those pops too, and builds the loop that pushed them after the one
+    that pops them. (A loop of a*a*a gave d3y/dx3 = 2 for x**3.)"""
+    dcf.reset_default_graph()
+    x = dcf.placeholder(F64, (), name="x")
+    ds = [_loop_power(x, n, captured)]
+    for _ in range(4):
+        ds += dcf.gradients(ds[-1], [x])
+    p = 2 ** (n + 1) - 1 if captured else 3 ** n
+    x0 = 0.7
+    want = [np.prod(np.arange(p, p - k, -1.0)) * x0 ** (p - k) for k in range(5)]
+    with dcf.Session(config=compiled) as sess:
+        got = sess.run(ds, {x: x0}, options=OPTS)
+    np.testing.assert_allclose(got, want, rtol=1e-10)
+
+
+def test_third_derivative_through_map_fn_and_scan(compiled):
+    dcf.reset_default_graph()
+    x = dcf.placeholder(F64, (3,), name="x")
+    y = dcf.reduce_sum(dcf.map_fn(lambda e: e * e * e, x)) + \
+        dcf.reduce_sum(dcf.scan(lambda c, e: c * e, x, initializer=dcf.constant(1.0, F64)))
+    (g,) = dcf.gradients(y, [x])
+    (h,) = dcf.gradients(dcf.reduce_sum(g), [x])
+    (k,) = dcf.gradients(dcf.reduce_sum(h), [x])
+    x0 = np.array([0.7, -0.4, 1.3])
+    with dcf.Session(config=compiled) as sess:
+        got = sess.run(k, {x: x0}, options=OPTS)
+    # k_j = sum_{i,l} d3y/dx_i dx_l dx_j: 6 from e^3; from the scan's a + ab + abc only
+    # abc's mixed derivatives (1 for three distinct indices): the 2 ordered pairs (i, l)
+    # of the other two indices
+    np.testing.assert_allclose(got, np.full(3, 6.0 + 2.0), rtol=1e-10)
+
+
 def _out_frame(op):
     """The frame an op's outputs live in: an Enter's in its loop, an Exit's in the loop's
     outer frame, any other op's in the frame it runs in."""
