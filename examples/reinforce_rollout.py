@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{np.mean(returns[-args.report_every:]):6.1f}  loss {loss:8.3f}",
                       flush=True)
     env.close()
-    k = args.report_every
+    k = min(args.report_every, len(returns))     # (fewer episodes than one report)
     first, last = np.mean(returns[:k]), np.mean(returns[-k:])
     print(f"average return: first {k} episodes {first:.1f}, last {k} episodes {last:.1f}")
     return 0

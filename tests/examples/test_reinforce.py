@@ -58,3 +58,11 @@ def test_main_trains_and_prints_returns(rf, capsys):
     assert rf.main(["--episodes", "6", "--report-every", "3"]) == 0
     out = capsys.readouterr().out
     assert "episode    6" in out and "average return" in out
+
+
+def test_summary_counts_only_the_episodes_that_ran(rf, capsys):
+    # fewer episodes than --report-every: the summary must not claim 20 episodes
+    assert rf.main(["--episodes", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "first 2 episodes" in out and "last 2 episodes" in out
+    assert "20 episodes" not in out
