@@ -421,9 +421,20 @@ def plot_learning_curve(result: dict, path: str, window: int = 20, target: float
     return path
 
 
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (a clear error for 0, negatives and non-integers)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer (>= 1), got {value}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--steps", type=int, default=40_000, help="environment steps")
+    p.add_argument("--steps", type=positive_int, default=40_000, help="environment steps")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--client", action="store_true",
                    help="run the client-driven baseline instead of the in-graph agent")

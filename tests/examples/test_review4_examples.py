@@ -178,6 +178,8 @@ def test_trace_plot_path_without_extension_and_file_objects(tmp_path):
     ("reinforce_rollout", ["--report-every", "0"], "--report-every"),
     ("reinforce_rollout", ["--episodes", "0"], "--episodes"),
     ("simulation", ["--steps", "0"], "--steps"),
+    ("dqn_cartpole", ["--steps", "0"], "--steps"),
+    ("dqn_cartpole", ["--steps", "-5"], "--steps"),
 ])
 @pytest.mark.timeout(60)
 def test_bad_flags_are_refused_with_a_message(example, capsys, name, argv, flag):
