@@ -456,8 +456,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{res['reached_at']} (best average {res['best_avg']:.1f}); "
               f"{res['steps_per_s']:.0f} steps/s")
     else:
+        best = "no 20 episodes finished yet" if res["best_avg"] is None else \
+            f"best average {res['best_avg']:.1f}"
         print(f"average return over 20 episodes did not reach 150 in {res['steps']} steps "
-              f"(best average {res['best_avg']}); {res['steps_per_s']:.0f} steps/s")
+              f"({best}); {res['steps_per_s']:.0f} steps/s")
     if args.plot:
         print("learning curve:", plot_learning_curve(res, args.plot,
                                                      title=f"{kind} DQN, CartPole-v1, seed "

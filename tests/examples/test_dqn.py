@@ -90,3 +90,9 @@ def test_bench_dqn_measures_both_agents(dqn, capsys):
            {})
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert json.loads(last)["bench"] == "dqn"
+
+
+def test_main_summary_before_20_episodes_end_prints_no_none(dqn, capsys):
+    assert dqn.main(["--steps", "50"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "did not reach 150 in 50 steps" in last and "None" not in last, last
