@@ -92,6 +92,15 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None, name: str | None = None,
     stops = set() if stop_gradients is None else \
         {convert_to_tensor(s) for s in nest.flatten(stop_gradients)}
     with g.as_default(), g.name_scope(name or "gradients"):
+        # (before the xs are checked: an x made in this body would be refused as made
+        # in a loop "and ys are outside the loop", which they are not)
+        if g._ctx is not None:
+            raise ValueError(
+                f"gradients() called inside {g._ctx.describe()}: call it outside "
+                "cond/while_loop bodies (map_fn, scan, foldl and foldr bodies are "
+                "while_loop bodies); to update only on one branch, compute the "
+                "gradients outside (opt.compute_gradients) and apply them inside "
+                "(opt.apply_gradients)")
         x_groups = [_resolve_x(x) for x in xs_in]
         for x in xs_in:
             if isinstance(x, Tensor):
@@ -100,13 +109,6 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None, name: str | None = None,
         state = GradState(g, f"{g._scope}grad{next(_call_ids)}", targets, stops)
         _ACTIVE.append(state)
         try:
-            if g._ctx is not None:
-                raise ValueError(
-                    f"gradients() called inside {g._ctx.describe()}: call it outside "
-                    "cond/while_loop bodies (map_fn, scan, foldl and foldr bodies are "
-                    "while_loop bodies); to update only on one branch, compute the "
-                    "gradients outside (opt.compute_gradients) and apply them inside "
-                    "(opt.apply_gradients)")
             gy_full = []
             for i, (y, gy) in enumerate(zip(ys_l, gy_l)):
                 if gy is None:

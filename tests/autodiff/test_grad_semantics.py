@@ -335,3 +335,20 @@ def test_building_gradients_only_adds_ops(compiled, rng):
         assert sess.run(loss, feed) == first
     with dcf.Session(config=compiled) as sess:
         np.testing.assert_allclose(sess.run(grads, feed), gv)
+
+
+@pytest.mark.parametrize("where", ["while_loop", "cond"])
+def test_gradients_called_in_a_body_says_so_even_for_xs_made_there(where):
+    # an x made in the body used to be refused first, as "ys are outside the loop"
+    x = dcf.placeholder(dcf.float32, ())
+
+    def grad_of_square(v):
+        sq = v * v
+        (g,) = dcf.gradients(sq * 3.0, [sq])
+        return g
+
+    with pytest.raises(ValueError, match=r"gradients\(\) called inside .*call it outside"):
+        if where == "while_loop":
+            dcf.while_loop(lambda i, v: i < 3, lambda i, v: (i + 1, grad_of_square(v)), (0, x))
+        else:
+            dcf.cond(x > 0.0, lambda: grad_of_square(x), lambda: x)
