@@ -202,9 +202,12 @@ async def start_server(host: str, port: int, concurrency: int = 2) -> tuple[Any,
     runner = web.AppRunner(make_app(SqrtSolver(concurrency)), access_log=None,
                            handler_cancellation=True)
     await runner.setup()
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # IPv4 where the host has it ("localhost" as 127.0.0.1), else IPv6 ("::1", "::")
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, _, _, _, address = next((i for i in infos if i[0] == socket.AF_INET), infos[0])
+    sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
+    sock.bind(address)
     site = web.SockSite(runner, sock)
     await site.start()
     return runner, sock.getsockname()[1]
@@ -213,7 +216,8 @@ async def start_server(host: str, port: int, concurrency: int = 2) -> tuple[Any,
 async def serve(host: str, port: int, concurrency: int = 2) -> None:
     runner, bound = await start_server(host, port, concurrency)
     loop = type(asyncio.get_running_loop()).__module__.split(".")[0]
-    print(f"serving on http://{host}:{bound} (event loop: {loop}); Ctrl-C stops", flush=True)
+    shown = f"[{host}]" if ":" in host else host          # an IPv6 address in a URL
+    print(f"serving on http://{shown}:{bound} (event loop: {loop}); Ctrl-C stops", flush=True)
     try:
         await asyncio.Event().wait()
     finally:

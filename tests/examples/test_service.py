@@ -184,3 +184,32 @@ def test_a_client_that_goes_away_cancels_its_run(monkeypatch):
     outcome = asyncio.run(main())
     assert outcome["cancelled"] is True
     assert outcome["health"] == {"status": "ok", "in_flight": 0}
+
+
+def test_serves_on_an_ipv6_host_too():
+    # "--host ::1" failed with "Address family for hostname not supported" (an IPv4 socket)
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
+            s.bind(("::1", 0))
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    proc = subprocess.Popen([sys.executable, "-u", str(SERVICE), "--host", "::1", "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("serving on http://[::1]:"), line + proc.stdout.read()
+        url = line.split()[2]
+
+        async def ask() -> dict:
+            async with aiohttp.ClientSession() as client:
+                async with client.get(f"{url}/sqrt", params={"x": "9"}) as r:
+                    return await r.json()
+
+        assert asyncio.run(ask())["sqrt"] == [3.0]
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
