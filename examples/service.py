@@ -202,12 +202,21 @@ async def start_server(host: str, port: int, concurrency: int = 2) -> tuple[Any,
     runner = web.AppRunner(make_app(SqrtSolver(concurrency)), access_log=None,
                            handler_cancellation=True)
     await runner.setup()
-    # IPv4 where the host has it ("localhost" as 127.0.0.1), else IPv6 ("::1", "::")
-    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    family, _, _, _, address = next((i for i in infos if i[0] == socket.AF_INET), infos[0])
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(address)
+    sock = None
+    try:
+        # IPv4 where the host has it ("localhost" as 127.0.0.1), else IPv6 ("::1", "::")
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                   flags=socket.AI_PASSIVE)
+        family, _, _, _, address = next((i for i in infos if i[0] == socket.AF_INET),
+                                        infos[0])
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as e:            # (a port in use, an unknown host): nothing left open
+        if sock is not None:
+            sock.close()
+        await runner.cleanup()
+        raise OSError(e.errno, f"cannot serve on {host}:{port}: {e.strerror or e}") from None
     site = web.SockSite(runner, sock)
     await site.start()
     return runner, sock.getsockname()[1]
@@ -389,6 +398,9 @@ def main(argv: list[str] | None = None) -> int:
             run(serve(args.host, args.port, args.concurrency))
         except KeyboardInterrupt:
             pass
+        except OSError as e:        # a port in use: say so, without a traceback
+            print(f"{p.prog}: {e.strerror or e}", file=sys.stderr)
+            return 1
         return 0
     with ServerProcess("--concurrency", str(args.concurrency)) as server:
         print(f"self test: server process {server.proc.pid} at {server.url}")

@@ -213,3 +213,14 @@ def test_serves_on_an_ipv6_host_too():
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def test_a_port_in_use_is_one_line_and_exit_status_1(example, capsys):
+    # it was a traceback ending in "OSError: [Errno 98] Address already in use"
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert example("service").main(["--port", str(port)]) == 1
+    err = capsys.readouterr().err
+    assert f"cannot serve on 127.0.0.1:{port}:" in err and "Traceback" not in err, err
