@@ -64,3 +64,23 @@ def test_the_guide_has_its_pages_and_shows_the_tools() -> None:
     runnable = "\n".join(p.values[2] for p in blocks())
     assert "dcf.trace.plot(" in runnable and "dcf.graph_to_dot(" in runnable
     assert all(any(p.values[0] == name for p in blocks()) for name in PAGES)
+
+
+def test_readme_block_runs(tmp_path, monkeypatch, capsys) -> None:
+    # the first thing a new user runs; no other test ran it
+    readme = DOCS.parent / "README.md"
+    (code,) = _FENCE.findall(readme.read_text(encoding="utf-8"))
+    monkeypatch.chdir(tmp_path)
+    dcf.reset_default_graph()
+    exec(compile(code, "README.md", "exec"), {"__name__": "readme"})  # noqa: S102
+    y, dw = eval(capsys.readouterr().out.replace("np.float32", ""))   # noqa: S307
+    assert abs(y - 3.0) < 1e-3 and abs(dw) < 1e-2       # trained: y at its target 3
+
+
+def test_readme_and_guide_list_every_example() -> None:
+    names = {p.name for p in (DOCS.parent / "examples").glob("*.py")}
+    for page, start in ((DOCS.parent / "README.md", "- Examples ("),
+                        (DOCS / "README.md", "Runnable programs:")):
+        text = page.read_text(encoding="utf-8")
+        para = text[text.index(start):].split("\n\n")[0]
+        assert set(re.findall(r"`(\w+\.py)`", para)) == names, page
