@@ -132,10 +132,14 @@ class AdamOptimizer(Optimizer):
                     Variable(np.asarray(1.0, pdt), name="beta2_power", trainable=False))
             b1p, b2p = powers
             dt = b1p.dtype   # (a later minimize() may update variables of another dtype)
+            # beta1, beta2 and epsilon may be tensors (TF1's; a placeholder, a Variable),
+            # cast to each variable's dtype as TF's are; the fused op takes only numbers
+            hyper = (self.beta1, self.beta2, self.epsilon)
+            fixed = all(isinstance(x, (int, float, np.number)) for x in hyper)
             # this step's powers; the Variables take them only once every update has
             # (as TF's _finish): a step that fails leaves them as they were
-            nb1 = b1p * self.beta1
-            nb2 = b2p * self.beta2
+            nb1 = b1p * (self.beta1 if fixed else _lr_as(self.beta1, dt))
+            nb2 = b2p * (self.beta2 if fixed else _lr_as(self.beta2, dt))
             lr_t = _lr_as(self.learning_rate, dt) * math_ops.sqrt(1.0 - nb2) / (1.0 - nb1)
             updates = []
             for gr, var in pairs:
@@ -143,14 +147,15 @@ class AdamOptimizer(Optimizer):
                 # updated in place, with the float operations of the formula above
                 m, v = self._slot(var)
                 lr = math_ops.cast(lr_t, var.dtype)
-                if var.device == m.device == v.device:
-                    updates.append(apply_adam(var, m, v, lr, gr, self.beta1, self.beta2,
-                                              self.epsilon))
+                if fixed and var.device == m.device == v.device:
+                    updates.append(apply_adam(var, m, v, lr, gr, *hyper))
                     continue
-                # moments placed elsewhere (see _slot): the same update op by op
-                m_new = m.assign(m * self.beta1 + gr * (1.0 - self.beta1))
-                v_new = v.assign(v * self.beta2 + math_ops.square(gr) * (1.0 - self.beta2))
-                step = lr * m_new / (math_ops.sqrt(v_new) + self.epsilon)
+                # moments placed elsewhere (see _slot), or hyperparameters that are
+                # tensors: the same update op by op
+                b1, b2, eps = hyper if fixed else (_lr_as(x, var.dtype) for x in hyper)
+                m_new = m.assign(m * b1 + gr * (1.0 - b1))
+                v_new = v.assign(v * b2 + math_ops.square(gr) * (1.0 - b2))
+                step = lr * m_new / (math_ops.sqrt(v_new) + eps)
                 updates.append(var.assign_sub(step))
             with g.control_dependencies(updates):
                 powers = [b1p.assign(nb1), b2p.assign(nb2)]
