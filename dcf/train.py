@@ -164,17 +164,25 @@ class AdamOptimizer(Optimizer):
     def _slot(self, var: Variable) -> tuple[Variable, Variable]:
         s = self._slots.get(var)
         if s is None:
-            shape = var.shape if var.shape is not None else ()
             # the moments live with their variable (as TF's slots are colocated with it):
             # the update is one op reading all three handles, which must share a process
             dev = var.device
             with var.graph.device(dev) if dev else contextlib.nullcontext():
-                s = (Variable(np.zeros(shape, var.dtype.np), name=f"{var.name}/Adam",
-                              trainable=False),
-                     Variable(np.zeros(shape, var.dtype.np), name=f"{var.name}/Adam_1",
-                              trainable=False))
+                s = tuple(Variable(lambda: self._zeros(var), name=f"{var.name}/{slot}",
+                                   trainable=False, validate_shape=var.shape is not None)
+                          for slot in ("Adam", "Adam_1"))
             self._slots[var] = s
         return s
+
+    @staticmethod
+    def _zeros(var: Variable) -> Any:
+        """A moment's initial value: zeros of var's shape. A variable without a static
+        shape (validate_shape=False, an initial value fed) gets moments of the shape its
+        value has when they are initialized (TF1's create_zeros_slot), not scalars.
+        (Called by the Variable, outside any cond or loop body apply_gradients is in.)"""
+        if var.shape is not None:
+            return np.zeros(var.shape, var.dtype.np)
+        return array_ops.zeros_like(var.initialized_value())
 
 
 class Saver:

@@ -48,3 +48,44 @@ def test_adam_takes_beta1_beta2_and_epsilon_as_tensors(dtype, rtol):
     for t, (a, b) in enumerate(zip(got, want)):
         assert a.dtype == dtype
         np.testing.assert_allclose(a, b, rtol=rtol, err_msg=f"step {t}")
+
+
+@pytest.mark.parametrize("beta1", [0.75, "tensor"])
+@pytest.mark.parametrize("how", ["validate_shape=False", "fed initial value"])
+def test_adam_moments_of_a_variable_without_a_static_shape_have_its_shape(tmp_path, how,
+                                                                          beta1):
+    # the moments were made scalars (static shape []): the fused update broadcast them to
+    # the gradient's shape, but a Saver could not restore them (a checkpoint of shape
+    # [3, 2] for a variable of shape []), and the op-by-op update refused the assign
+    rng = np.random.default_rng(5)
+    x, y = rng.standard_normal((8, 3)), rng.standard_normal((8, 2))
+    w0 = rng.standard_normal((3, 2))
+    g = dcf.Graph()
+    with g.as_default():
+        fed = dcf.placeholder(dcf.float64, [None, 2])
+        if how == "validate_shape=False":
+            w = dcf.Variable(w0, name="w", validate_shape=False)
+        else:
+            w = dcf.Variable(fed, name="w")
+        assert w.shape is None
+        loss = dcf.reduce_mean(dcf.square(dcf.matmul(x, w) - y))
+        b1 = 0.75 if beta1 == 0.75 else dcf.constant(0.75, dtype=dcf.float64)
+        opt = dcf.train.AdamOptimizer(0.125, beta1=b1, beta2=0.9921875, epsilon=2.0 ** -20)
+        train = opt.minimize(loss)
+        saver = dcf.train.Saver()
+        with dcf.Session() as sess:
+            sess.run(dcf.global_variables_initializer(), {fed: w0})
+            got = []
+            for t in range(10):
+                sess.run(train)
+                got.append(sess.run(w))
+                if t == 4:
+                    path = saver.save(sess, str(tmp_path / "ckpt"))
+            m, v = opt._slots[w]
+            assert sess.run(m).shape == sess.run(v).shape == (3, 2)
+            saver.restore(sess, path)      # and training goes on from step 5 as before
+            for t in range(5, 10):
+                sess.run(train)
+                np.testing.assert_array_equal(sess.run(w), got[t])
+    want = _adam_numpy(w0, x, y, 0.125, lambda t: (0.75, 0.9921875), 2.0 ** -20, 10)
+    np.testing.assert_allclose(got, want, rtol=1e-12)
