@@ -133,7 +133,7 @@ class AdamOptimizer(Optimizer):
             b1p, b2p = powers
             dt = b1p.dtype   # (a later minimize() may update variables of another dtype)
             # beta1, beta2 and epsilon may be tensors (TF1's; a placeholder, a Variable),
-            # cast to each variable's dtype as TF's are; the fused op takes only numbers
+            # cast to each variable's dtype as TF's are (the fused op's inputs, then)
             hyper = (self.beta1, self.beta2, self.epsilon)
             fixed = all(isinstance(x, (int, float, np.number)) for x in hyper)
             # this step's powers; the Variables take them only once every update has
@@ -147,12 +147,11 @@ class AdamOptimizer(Optimizer):
                 # updated in place, with the float operations of the formula above
                 m, v = self._slot(var)
                 lr = math_ops.cast(lr_t, var.dtype)
-                if fixed and var.device == m.device == v.device:
-                    updates.append(apply_adam(var, m, v, lr, gr, *hyper))
-                    continue
-                # moments placed elsewhere (see _slot), or hyperparameters that are
-                # tensors: the same update op by op
                 b1, b2, eps = hyper if fixed else (_lr_as(x, var.dtype) for x in hyper)
+                if var.device == m.device == v.device:
+                    updates.append(apply_adam(var, m, v, lr, gr, b1, b2, eps))
+                    continue
+                # moments placed elsewhere (see _slot): the same update op by op
                 m_new = m.assign(m * b1 + gr * (1.0 - b1))
                 v_new = v.assign(v * b2 + math_ops.square(gr) * (1.0 - b2))
                 step = lr * m_new / (math_ops.sqrt(v_new) + eps)

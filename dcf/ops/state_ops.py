@@ -214,6 +214,12 @@ FLUSH_EVERY = 8
 
 
 def _adam_update(xp, beta1, beta2, epsilon, dtype, flush_every=None):
+    if beta1 is None:
+        # beta1, beta2 and epsilon are inputs (tensors, as TF1's may be), known per update
+        def apply_adam_hyper(var_h, m_h, v_h, lr, grad, beta1, beta2, epsilon):
+            return _adam_update(xp, float(beta1), float(beta2), float(epsilon), dtype,
+                                1)(var_h, m_h, v_h, lr, grad)
+        return apply_adam_hyper
     t = np.dtype(dtype.np).type
     flush_every = flush_every or FLUSH_EVERY
     b1, c1, b2, c2, eps = (t(beta1), t(1.0 - beta1), t(beta2), t(1.0 - beta2),
@@ -294,34 +300,45 @@ def _flush_subnormals(t: Any) -> Any:
     return flush
 
 
-def _apply_adam_kernel(xp, var_h, m_h, v_h, lr, grad, *, beta1, beta2, epsilon, dtype):
+def _apply_adam_kernel(xp, var_h, m_h, v_h, lr, grad, *hyper, beta1, beta2, epsilon, dtype):
     # unbound, the kernel keeps no count of its updates: it flushes at every one
-    return _adam_update(xp, beta1, beta2, epsilon, dtype, 1)(var_h, m_h, v_h, lr, grad)
+    return _adam_update(xp, beta1, beta2, epsilon, dtype, 1)(var_h, m_h, v_h, lr, grad,
+                                                             *hyper)
 
 
 _apply_adam_kernel.bind = _adam_update  # type: ignore[attr-defined]
 
 
 def _apply_adam_infer(var: TensorType, m: TensorType, v: TensorType, lr: TensorType,
-                      grad: TensorType, *, beta1, beta2, epsilon, dtype) -> TensorType:
+                      grad: TensorType, *hyper: TensorType, beta1, beta2, epsilon,
+                      dtype) -> TensorType:
     if grad.dtype is not dtype or lr.dtype is not dtype:
         raise TypeError(f"ResourceApplyAdam: gradient and learning rate must be {dtype}, "
                         f"got {grad} and {lr}")
-    if lr.shape not in ((), None):
-        raise InvalidArgumentError(f"ResourceApplyAdam: the learning rate must be a scalar, "
-                                   f"got {lr}")
+    for what, t in [("the learning rate", lr)] + list(zip(("beta1", "beta2", "epsilon"),
+                                                         hyper)):
+        if t.dtype is not dtype or t.shape not in ((), None):
+            raise InvalidArgumentError(f"ResourceApplyAdam: {what} must be a scalar of "
+                                       f"{dtype}, got {t}")
     return TensorType(dtype, grad.shape)
 
 
-def apply_adam(var: Variable, m: Variable, v: Variable, lr: Any, grad: Any, beta1: float,
-               beta2: float, epsilon: float, name: str | None = None) -> Tensor:
+def apply_adam(var: Variable, m: Variable, v: Variable, lr: Any, grad: Any, beta1: Any,
+               beta2: Any, epsilon: Any, name: str | None = None) -> Tensor:
     """Adam's update of `var` with moment Variables m and v and bias-corrected rate lr
-    (see _apply_adam_kernel); returns var's new value."""
+    (see _apply_adam_kernel); returns var's new value. beta1, beta2 and epsilon are
+    numbers (attributes of the op), or else all three scalar tensors of var's dtype
+    (inputs, read as the update runs)."""
     grad = convert_in(grad, var.graph, var.dtype)
     lr = convert_in(lr, var.graph, var.dtype)
-    return apply("ResourceApplyAdam", [var.handle, m.handle, v.handle, lr, grad],
-                 name=name or f"{_leaf(var.name)}/ApplyAdam", beta1=float(beta1),
-                 beta2=float(beta2), epsilon=float(epsilon), dtype=var.dtype)
+    hyper = (beta1, beta2, epsilon)
+    if all(isinstance(x, (int, float, np.number)) for x in hyper):
+        inputs, attrs = [], dict(beta1=float(beta1), beta2=float(beta2), epsilon=float(epsilon))
+    else:
+        inputs = [convert_in(x, var.graph, var.dtype) for x in hyper]
+        attrs = dict(beta1=None, beta2=None, epsilon=None)
+    return apply("ResourceApplyAdam", [var.handle, m.handle, v.handle, lr, grad] + inputs,
+                 name=name or f"{_leaf(var.name)}/ApplyAdam", dtype=var.dtype, **attrs)
 
 
 def _scatter_update_kernel(xp, handle, indices, updates, *, dtype, mode, shape=None):
