@@ -344,6 +344,19 @@ class Graph:
                 self._name_counts[cand] = 0
                 return cand
 
+    def _op_name(self, name: str) -> str:
+        """A new op's full name: `name` under the current scope, made unique; a name
+        ending in "/" (what `name_scope` yields, TF1's `identity(x, name=scope)`) is the
+        op's whole name, as it is, and a name already taken is an error (as in TF1)."""
+        if not name.endswith("/") or name == "/":
+            return self.unique_name(name)
+        full = name[:-1]
+        if full in self._names:
+            raise ValueError(f"an op named {full!r} is already in the graph: a name ending "
+                             f"in '/' ({name!r}) is used as it is, not made unique")
+        self._name_counts.setdefault(full, 0)
+        return full
+
     @contextlib.contextmanager
     def name_scope(self, name: str | None) -> Iterator[str]:
         """Prefix the names of ops built inside with `name/` (made unique)."""
@@ -451,7 +464,7 @@ class Graph:
                 piv = cur.pivot()
                 if piv is not None:
                     cins.append(piv)  # so the op runs once per iteration / only in its branch
-            op = Operation(self, type_, self.unique_name(name or type_), inputs, cins,
+            op = Operation(self, type_, self._op_name(name or type_), inputs, cins,
                            dict(attrs or {}), self._current_device(), output_types, cur, fctx,
                            site if site is not None else _creation_site(), opdef)
             self._ops.append(op)

@@ -1,0 +1,42 @@
+"""Building graphs as a TF1 user writes library code, from review 8 of the graph API:
+names, scopes and static shapes checked against TF1 (tensorflow.compat.v1)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import dcf
+
+
+def _run(fetches, feed=None):
+    with dcf.Session() as sess:
+        return sess.run(fetches, feed)
+
+
+# ------------------------------------------------------------------------ names
+def test_a_name_ending_in_a_slash_is_the_ops_whole_name_as_tf1s_name_scope_idiom():
+    # TF1's idiom: `with name_scope(name) as scope: ... return identity(y, name=scope)`
+    # names the result after the scope itself ("double", "double_1"); it gave an op
+    # named "double/double/" (a tensor "double/double/:0").
+    g = dcf.Graph()
+    with g.as_default():
+        def double(x, name=None):
+            with dcf.name_scope(name or "double") as scope:
+                return dcf.identity(x * 2.0, name=scope)
+
+        a = double(dcf.constant(1.0))
+        b = double(a)
+        with dcf.name_scope("outer"):
+            c = double(b)
+    assert [a.name, b.name, c.name] == ["double:0", "double_1:0", "outer/double:0"]
+    assert g.get_tensor_by_name("double_1:0") is b
+    assert g.get_operation_by_name("outer/double") is c.op
+    # the scope's own ops keep their place under it, and later names stay unique
+    assert g.get_operation_by_name("double_1/Mul").type == "Mul"
+    with g.as_default():
+        assert dcf.constant(0.0, name="double").name == "double_2:0"
+        with pytest.raises(ValueError, match=r"'double_1' is already in the graph"):
+            dcf.identity(a, name="double_1/")
+    with dcf.Session(graph=g) as sess:
+        assert sess.run(c) == 8.0
