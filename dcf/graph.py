@@ -525,8 +525,26 @@ def reset_default_graph() -> None:
     _global_default[0] = Graph()
 
 
-def name_scope(name: str | None):
-    return get_default_graph().name_scope(name)
+@contextlib.contextmanager
+def name_scope(name: str | None, default_name: str | None = None,
+               values: Any = None) -> Iterator[str]:
+    """TF1's `name_scope(name, default_name=None, values=None)`: ops built inside are
+    named under `name/`, or `default_name/` where `name` is None (made unique either
+    way; a name ending in "/" re-enters that scope, and None or "" with no default is
+    the root). `values` are the tensors the ops are built from: their graph is the one
+    the scope opens in, and made the default inside."""
+    scope_name = default_name if name is None else name
+    if scope_name is None and values is not None:
+        raise ValueError("name_scope: with values given, name or default_name must be "
+                         "given too")
+    g = get_default_graph()
+    if values:
+        from dcf.ops.registry import graph_of
+        g = graph_of(list(values))
+    with contextlib.ExitStack() as stack:
+        if g is not get_default_graph():
+            stack.enter_context(g.as_default())
+        yield stack.enter_context(g.name_scope(scope_name))
 
 
 def device(spec: str | None):

@@ -40,3 +40,28 @@ def test_a_name_ending_in_a_slash_is_the_ops_whole_name_as_tf1s_name_scope_idiom
             dcf.identity(a, name="double_1/")
     with dcf.Session(graph=g) as sess:
         assert sess.run(c) == 8.0
+
+
+def test_name_scope_takes_tf1s_default_name_and_values():
+    # TF1 library code opens `name_scope(name, "MyOp", [x])`: the default name where
+    # name is None, and the graph of the values; dcf's took only `name` (a TypeError).
+    g = dcf.Graph()
+    with g.as_default():
+        x = dcf.constant(1.0, name="x")
+
+    def my_op(x, name=None):
+        with dcf.name_scope(name, "MyOp", [x]) as scope:
+            return dcf.identity(x * 3.0, name=scope)
+
+    a, b, c = my_op(x), my_op(x), my_op(x, name="given")   # built outside g.as_default()
+    assert [a.name, b.name, c.name] == ["MyOp:0", "MyOp_1:0", "given:0"]
+    assert a.graph is g and g.get_operation_by_name("MyOp_1/Mul").graph is g
+    with dcf.name_scope(None, "D") as s1, dcf.name_scope(None) as s2:
+        assert (s1, s2) == ("D/", "")
+    with g.as_default(), dcf.name_scope("o"), dcf.name_scope(None, "D", [x]) as s3:
+        assert s3 == "o/D/"
+    with pytest.raises(ValueError, match="name or default_name"):
+        with dcf.name_scope(None, None, [x]):
+            pass
+    with dcf.Session(graph=g) as sess:
+        assert sess.run(b) == 3.0
