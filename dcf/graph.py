@@ -8,6 +8,7 @@ loop is being built.
 from __future__ import annotations
 
 import contextlib
+import operator
 import os
 import sys
 import threading
@@ -42,6 +43,31 @@ def shape_str(shape: Shape | None) -> str:
     if shape is None:
         return "[?]"
     return "[" + ",".join("?" if d is None else str(d) for d in shape) + "]"
+
+
+def as_shape(shape: Any, what: str) -> Shape | None:
+    """The static shape a user gives (a placeholder's, an element shape): None for an
+    unknown rank, a sequence of dimensions (None or -1 for an unknown one), or an int for
+    a vector of that length (TF1's TensorShape(3)). `what` names the op in errors."""
+    if shape is None:
+        return None
+    one = hasattr(shape, "__index__") and getattr(shape, "ndim", 0) == 0   # (numpy's too)
+    dims = [shape] if one else list(shape)
+    out = []
+    for d in dims:
+        if d is None:
+            out.append(None)
+            continue
+        try:
+            d = operator.index(d)
+        except TypeError:
+            raise TypeError(f"{what}: shape {shape!r} has a dimension {d!r} that is not an "
+                            "int (None or -1 is an unknown one)") from None
+        if d < -1:
+            raise ValueError(f"{what}: shape {dims} has a negative dimension (None or -1 is "
+                             "an unknown one)")
+        out.append(None if d == -1 else d)
+    return tuple(out)
 
 
 def shapes_compatible(a: Shape | None, b: Shape | None) -> bool:

@@ -6,7 +6,7 @@ from typing import Any
 
 from dcf import dtypes
 from dcf.errors import InvalidArgumentError
-from dcf.graph import Operation, Tensor, shape_str
+from dcf.graph import Operation, Tensor, as_shape, shape_str
 from dcf.ops.control_ops import no_op
 from dcf.ops.registry import apply, constant_value, convert_in, graph_of
 
@@ -52,8 +52,7 @@ class TensorArray:
             if not dynamic_size:
                 raise ValueError("TensorArray: size=None needs dynamic_size=True")
             size = 0
-        eshape = None if element_shape is None else tuple(
-            None if d is None or d == -1 else int(d) for d in element_shape)
+        eshape = as_shape(element_shape, f"TensorArray '{name or 'TensorArray'}'")
         g = graph_of([size])
         with g.as_default(), g.name_scope(name or "TensorArray") as scope:
             self.name = scope.rstrip("/")

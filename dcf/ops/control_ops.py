@@ -11,7 +11,7 @@ from typing import Any
 
 from dcf import dtypes, nest
 from dcf.errors import InvalidArgumentError
-from dcf.graph import Operation, Tensor, TensorType, get_default_graph
+from dcf.graph import Operation, Tensor, TensorType, as_shape, get_default_graph
 from dcf.ops.registry import Kind, OpDef, apply, convert_to_tensor, not_differentiable, register
 
 __all__ = ["identity", "stop_gradient", "no_op", "group", "placeholder"]
@@ -116,11 +116,7 @@ def group(*inputs: Any, name: str | None = None) -> Operation:
 def placeholder(dtype: Any, shape: Any = None, name: str | None = None) -> Tensor:
     """A tensor whose value must be given in `feed_dict` when the graph runs."""
     dt = dtypes.as_dtype(dtype)
-    shp = None if shape is None else tuple(None if d is None or d == -1 else int(d)
-                                           for d in shape)
-    if shp is not None and any(d is not None and d < 0 for d in shp):
-        raise ValueError(f"Placeholder '{name or 'Placeholder'}': shape {list(shape)} has a "
-                         "negative dimension (None or -1 is an unknown one)")
+    shp = as_shape(shape, f"Placeholder '{name or 'Placeholder'}'")
     return apply("Placeholder", [], name=name or "Placeholder", dtype=dt, shape=shp)
 
 

@@ -65,3 +65,25 @@ def test_name_scope_takes_tf1s_default_name_and_values():
             pass
     with dcf.Session(graph=g) as sess:
         assert sess.run(b) == 3.0
+
+
+# ---------------------------------------------------------------- static shapes
+def test_an_int_shape_is_a_vector_of_that_length_as_tf1s():
+    # TF1 reads placeholder(dtype, 3) and TensorArray(element_shape=3) as the shape [3];
+    # dcf failed on them with "TypeError: 'int' object is not iterable", naming nothing.
+    x = dcf.placeholder(dcf.float32, 3, name="x3")
+    assert x.shape == (3,)
+    assert dcf.placeholder(dcf.float32, np.int64(2)).shape == (2,)
+    assert dcf.placeholder(dcf.float32, np.array([2, 3])).shape == (2, 3)
+    ta = dcf.TensorArray(dcf.float32, size=2, element_shape=3)
+    assert ta.element_shape == (3,)
+    ta = ta.write(0, x).write(1, x * 2.0)
+    assert ta.stack().shape == (2, 3)
+    np.testing.assert_array_equal(_run(ta.stack(), {x: [1.0, 2.0, 3.0]}),
+                                  [[1.0, 2.0, 3.0], [2.0, 4.0, 6.0]])
+    # a dimension that is not an int is refused, naming the op (int(2.5) made it 2)
+    with pytest.raises(TypeError, match=r"Placeholder 'half': shape \[2\.5\] has a dimension"):
+        dcf.placeholder(dcf.float32, [2.5], name="half")
+    with pytest.raises(ValueError, match=r"Placeholder 'neg'.*negative dimension"):
+        dcf.placeholder(dcf.float32, [-2, 3], name="neg")
+    assert dcf.placeholder(dcf.float32, [-1, 3]).shape == (None, 3)
