@@ -172,8 +172,9 @@ def _ints(v: Any) -> tuple:
     return tuple(v.tolist()) if hasattr(v, "tolist") else tuple(v)
 
 
-def _const(value: Any, dtype: dtypes.DType, graph: Any = None) -> Tensor:
-    return apply("Const", [], graph=graph, value=as_value(value, dtype), dtype=dtype)
+def _const(value: Any, dtype: dtypes.DType, graph: Any = None,
+           name: str | None = None) -> Tensor:
+    return apply("Const", [], name, graph=graph, value=as_value(value, dtype), dtype=dtype)
 
 
 def _graph_of(*xs: Any) -> Any:
@@ -343,7 +344,7 @@ def shape(input: Any, name: str | None = None, out_type: Any = dtypes.int32) -> 
     """
     x, dt = convert_to_tensor(input), dtypes.as_dtype(out_type)
     if _known(x.shape):
-        return _const(np.array(x.shape, dtype=dt.np).reshape(-1), dt, x.graph)
+        return _const(np.array(x.shape, dtype=dt.np).reshape(-1), dt, x.graph, name)
     return apply("Shape", [x], name, out_type=dt)
 
 
@@ -351,7 +352,7 @@ def size(input: Any, name: str | None = None, out_type: Any = dtypes.int32) -> T
     """``input.size``: the number of elements, a scalar (a Const when statically known)."""
     x, dt = convert_to_tensor(input), dtypes.as_dtype(out_type)
     if _known(x.shape):
-        return _const(_prod(x.shape), dt, x.graph)
+        return _const(_prod(x.shape), dt, x.graph, name)
     return apply("Size", [x], name, out_type=dt)
 
 
@@ -359,7 +360,7 @@ def rank(input: Any, name: str | None = None) -> Tensor:
     """``input.ndim``: the number of dimensions, a scalar int32 (a Const when known)."""
     x = convert_to_tensor(input)
     if x.shape is not None:
-        return _const(len(x.shape), dtypes.int32, x.graph)
+        return _const(len(x.shape), dtypes.int32, x.graph, name)
     return apply("Rank", [x], name, out_type=dtypes.int32)
 
 
@@ -1185,7 +1186,7 @@ def strided_slice(input_: Any, key: Any, name: str | None = None) -> Tensor:
     value = constant_value(input_) if not dyn and isinstance(input_, Tensor) and \
         input_.dtype.np.kind in "iu" else None
     if value is not None and _key_is_valid(value, spec):
-        return _const(value[tuple(spec)], input_.dtype, input_.graph)
+        return _const(value[tuple(spec)], input_.dtype, input_.graph, name)
     return apply("StridedSlice", [input_, *dyn], name, key=tuple(spec))
 
 

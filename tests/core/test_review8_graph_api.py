@@ -87,3 +87,23 @@ def test_an_int_shape_is_a_vector_of_that_length_as_tf1s():
     with pytest.raises(ValueError, match=r"Placeholder 'neg'.*negative dimension"):
         dcf.placeholder(dcf.float32, [-2, 3], name="neg")
     assert dcf.placeholder(dcf.float32, [-1, 3]).shape == (None, 3)
+
+
+def test_a_shape_known_when_building_keeps_the_name_given():
+    # shape/size/rank of a fully known shape become a Const (as TF1 folds them), and a
+    # sliced constant shape too; the name given was dropped ("Const_3"), so
+    # get_tensor_by_name("x_shape:0") failed where TF1 finds it.
+    g = dcf.Graph()
+    with g.as_default():
+        x = dcf.zeros([2, 3])
+        made = [dcf.shape(x, name="x_shape"), dcf.size(x, name="x_size"),
+                dcf.rank(x, name="x_rank"),
+                dcf.strided_slice(dcf.shape(x), (1,), name="x_cols")]
+        unknown = dcf.placeholder(dcf.float32, [None, 3])
+        made.append(dcf.shape(unknown, name="u_shape"))
+    names = ["x_shape", "x_size", "x_rank", "x_cols", "u_shape"]
+    assert [t.name for t in made] == [n + ":0" for n in names]
+    assert [g.get_tensor_by_name(n + ":0") for n in names] == made
+    with dcf.Session(graph=g) as sess:
+        got = sess.run(made[:4])
+    assert [np.asarray(v).tolist() for v in got] == [[2, 3], 6, 2, 3]
