@@ -284,6 +284,9 @@ class Saver:
     def restore(self, sess: Any, save_path: str) -> Any:
         """Assign every variable the value stored in `save_path` (all of them, or none
         where a value is missing or does not fit)."""
+        if save_path is None:      # (latest_checkpoint found none: say so, as TF1)
+            raise ValueError("Saver.restore: save_path is None (no checkpoint to restore; "
+                             "latest_checkpoint returns None where a directory has none)")
         path = _npz_path(save_path)
         values = _read_checkpoint(path, self._keys)
         feed = {}

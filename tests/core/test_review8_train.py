@@ -89,3 +89,19 @@ def test_adam_moments_of_a_variable_without_a_static_shape_have_its_shape(tmp_pa
                 np.testing.assert_array_equal(sess.run(w), got[t])
     want = _adam_numpy(w0, x, y, 0.125, lambda t: (0.75, 0.9921875), 2.0 ** -20, 10)
     np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_restore_of_none_says_there_is_no_checkpoint(tmp_path):
+    """`saver.restore(sess, dcf.train.latest_checkpoint(empty_dir))` is TF1's ValueError
+    saying the path is None (it was an AttributeError from os.path), and the variable
+    keeps its value."""
+    g = dcf.Graph()
+    with g.as_default():
+        v = dcf.Variable(np.float32(2.5), name="v")
+        saver = dcf.train.Saver([v])
+    with dcf.Session(g) as sess:
+        sess.run(v.initializer)
+        assert dcf.train.latest_checkpoint(str(tmp_path)) is None
+        with pytest.raises(ValueError, match="save_path is None"):
+            saver.restore(sess, dcf.train.latest_checkpoint(str(tmp_path)))
+        assert sess.run(v) == np.float32(2.5)
