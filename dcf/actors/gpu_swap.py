@@ -448,6 +448,8 @@ class _Swapper:
         if rec.ahead:
             rec.ahead = False
             self.ahead -= 1
+        if st == _Rec.OUT:                     # popped while its copy out still ran
+            gpu.stats["swap_popped_in_flight"] += 1
         rec.refs -= 1
         if rec.refs == 0:
             if st == _Rec.OUT:

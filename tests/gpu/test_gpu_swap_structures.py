@@ -85,10 +85,13 @@ def _short(x, w, swap, pi=10):
 def test_swapping_inside_control_flow_changes_no_gradient(path, build, pi):
     stats = _gpu().stats
     plain = _run(lambda x, w, s: build(x, w, s, pi), False, path)
-    before = stats["swap_out_bytes"], stats["swap_in_bytes"]
+    before = stats["swap_out_bytes"], stats["swap_in_bytes"], stats["swap_popped_in_flight"]
     swapped = _run(lambda x, w, s: build(x, w, s, pi), True, path)
     assert stats["swap_out_bytes"] > before[0]          # values did go to the host
-    assert stats["swap_in_bytes"] > before[1]           # and came back
+    # and came back -- or were popped while their copies out still ran (a short loop
+    # moves its values at its end, just before the backward loop pops them: on a busy
+    # GPU, under tests in parallel, the copies may not be done yet)
+    assert stats["swap_in_bytes"] > before[1] or stats["swap_popped_in_flight"] > before[2]
     for a, b in zip(plain, swapped):
         np.testing.assert_array_equal(a, b)
 
