@@ -300,8 +300,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--experts", type=positive_int, default=4)
     p.add_argument("--top-k", type=positive_int, default=2,
                    help="experts chosen per example (at most --experts)")
-    p.add_argument("--devices", type=positive_int, default=2,
-                   help="in-process devices /cpu:0 ... /cpu:N-1 for the experts")
+    p.add_argument("--devices", type=positive_int, default=None,
+                   help="in-process devices /cpu:0 ... /cpu:N-1 for the experts (2; not "
+                        "with --workers)")
     p.add_argument("--workers", type=int, default=0,
                    help="place the experts on N worker processes (needs dcf.Cluster)")
     p.add_argument("--seed", type=int, default=0)
@@ -310,15 +311,16 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"argument --workers: must be 0 or more, got {args.workers}")
     if args.top_k > args.experts:
         p.error(f"argument --top-k: at most --experts ({args.experts}), got {args.top_k}")
+    if args.workers and args.devices is not None:
+        p.error("argument --devices: the experts go on the --workers' devices; give one "
+                "of the two")
 
     cluster = None
     if args.workers:
-        if not hasattr(dcf, "Cluster"):
-            p.error("--workers needs dcf.Cluster, which this dcf does not have yet")
         cluster = dcf.Cluster.local(args.workers)
         devices = [f"/job:worker/task:{i}/cpu:0" for i in range(args.workers)]
     else:
-        devices = [f"/cpu:{i}" for i in range(args.devices)]
+        devices = [f"/cpu:{i}" for i in range(args.devices or 2)]
     features, modes, outputs = 6, 4, 3
     g = dcf.Graph()
     with g.as_default():

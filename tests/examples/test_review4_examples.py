@@ -175,6 +175,7 @@ def test_trace_plot_path_without_extension_and_file_objects(tmp_path):
     ("moe_rnn", ["--steps", "0"], "--steps"),
     ("moe_rnn", ["--experts", "2", "--top-k", "3"], "--top-k"),
     ("moe_rnn", ["--workers", "-1"], "--workers"),
+    ("moe_rnn", ["--workers", "2", "--devices", "3"], "--devices"),    # (ignored before)
     ("reinforce_rollout", ["--report-every", "0"], "--report-every"),
     ("reinforce_rollout", ["--episodes", "0"], "--episodes"),
     ("simulation", ["--steps", "0"], "--steps"),
