@@ -190,6 +190,9 @@ class _Swapper:
             self.collect()
         if pushing:
             if self.stacks:
+                # copies to the host that are done let go of their sources, which would
+                # look held elsewhere (a loop's value sent to the host each iteration)
+                self.gpu.collect()
                 used = self._used = self.gpu.used_bytes()
                 self._countdown = USAGE_EVERY
                 over = used - self._limit - self.out_bytes
