@@ -286,7 +286,7 @@ class _Swapper:
             extra = sys.getrefcount(v) - self._lone     # (v: the list's and this local)
             dups: tuple = ()
             if extra > 0:
-                dups = self._dups(st, i, v)
+                dups = self._dups(st, i, v, extra)
                 if len(dups) != extra:          # something else holds it
                     if newest:
                         return None             # (the loop, maybe): look again later
@@ -312,9 +312,11 @@ class _Swapper:
             return st, i, v, dups
         return None
 
-    def _dups(self, st: Any, i: int, v: Any) -> tuple:
+    def _dups(self, st: Any, i: int, v: Any, extra: int) -> tuple:
         """The other stack entries holding array v (pushed again: next to index i in
-        another stack, or in this one)."""
+        another stack, or in this one; or, where those are not all of its `extra`
+        holders, first or last in another stack: a value entering an inner loop, saved by
+        the outer loop and by the inner loop's first iteration, in a stack of its own)."""
         found = []
         for ref in self.stacks:
             s2 = ref()
@@ -324,6 +326,18 @@ class _Swapper:
             for j in (i - 1, i, i + 1):
                 if 0 <= j < len(items) and items[j] is v and (s2 is not st or j != i):
                     found.append((s2, j))
+        if len(found) < extra:
+            near = {(id(s2), j) for s2, j in found}
+            near.add((id(st), i))
+            for ref in self.stacks:
+                s2 = ref()
+                if s2 is None or not s2.items:
+                    continue
+                items = s2.items
+                for j in (0, len(items) - 1):
+                    if items[j] is v and (id(s2), j) not in near:
+                        near.add((id(s2), j))
+                        found.append((s2, j))
         return tuple(found)
 
     def _group(self, key: int, others: int, e: tuple) -> None:

@@ -63,3 +63,51 @@ def test_values_sent_to_the_host_each_iteration_still_swap_out(fuse):
     assert gpu.stats["swap_outs"] - outs >= steps // 2
     np.testing.assert_allclose(got[0], want[0], rtol=1e-5)
     np.testing.assert_allclose(got[1], want[1], rtol=1e-4, atol=1e-4)
+
+
+def _nested_grad(gpu: str, steps: int, config: dcf.SessionConfig | None,
+                 fuse: bool) -> tuple:
+    """d sum(h_T) / d w of h <- inner(tanh(h @ w)), inner two steps of u <- sigmoid(u) * u:
+    the outer loop's counter and h on the host, the product and the inner loop's ops on
+    `gpu`. tanh(h @ w) is saved by the outer loop (tanh's gradient) and by the inner
+    loop's first iteration (its u, in a stack of each inner run's own)."""
+    g = dcf.Graph()
+    with g.as_default():
+        x = dcf.placeholder(dcf.float32, (R, C), name="x")
+        with dcf.device(gpu):
+            w = dcf.Variable(_w(), name="w")
+
+        def body(i, h):
+            with dcf.device(gpu):
+                h = dcf.tanh(dcf.matmul(h, w.read_value()))
+
+            def inner(j, u):
+                with dcf.device(gpu):
+                    return j + 1, dcf.sigmoid(u) * u
+            _, h = dcf.while_loop(lambda j, u: j < 2, inner, (0, h), swap_memory=True)
+            return i + 1, h
+        _, h = dcf.while_loop(lambda i, h: i < steps, body, (0, x), swap_memory=True)
+        loss = dcf.reduce_sum(h)
+        (gw,) = dcf.gradients(loss, [w])
+        init = dcf.global_variables_initializer()
+    cfg = config or dcf.SessionConfig()
+    cfg.fuse_devices = fuse
+    with dcf.Session(g, config=cfg) as sess:
+        sess.run(init)
+        return sess.run([loss, gw], {x: _x()})
+
+
+@pytest.mark.parametrize("fuse", [True, False], ids=["compiled", "partitioned"])
+def test_a_value_saved_by_an_outer_and_an_inner_loop_swaps_out(fuse):
+    """The same array in the outer loop's stack (at its iteration i) and in the inner
+    loop's (first entry of a stack of its own) was looked for next to index i only:
+    each stack took the other's entry for a holder that stays, the outer stack was given
+    up after HELD_RUN entries and the inner one's entries never moved, and the run
+    failed with ResourceExhaustedError on a budget that fits with swapping (24 outer
+    iterations of four 64 KiB saved values on 3 MiB)."""
+    steps = 24
+    want = _nested_grad("/cpu:0", steps, None, fuse)
+    got = _nested_grad("/gpu:0", steps, dcf.SessionConfig(gpu_memory_limit=3 << 20,
+                                                          swap_threshold=0.0), fuse)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-4, atol=1e-4)
