@@ -169,21 +169,46 @@ class GpuDevice:
 
     def relieve(self, attempt: int) -> bool:
         """Make room after a failed allocation; False when nothing more can be done.
-        0: drop the pool's cached blocks (the pool's limit counts them) and garbage;
+        0: drop the pool's cached blocks (the pool's limit counts them), garbage, and
+        the sources of done copies from here to other GPUs, which those GPUs keep;
         then, each further attempt: move out the oldest saved values and wait for them
         (throttling), and once none is left, give back values brought in ahead of their
-        pops. Buffers freed so are dropped from the pool too: the limit counts cached
-        blocks, and a freed block smaller than the request is no room."""
+        pops, and then wait for the other GPUs' copies from here. Buffers freed so are
+        dropped from the pool too: the limit counts cached blocks, and a freed block
+        smaller than the request is no room."""
         if attempt == 0:
             gc.collect()
+            self._peer_readers_let_go(wait=False)
             self.drop_landing()
             self.collect()
             self.pool.free_all_blocks()
             return True
-        freed = self.swapper.make_room() or self.swapper.evict_prefetched()
+        freed = self.swapper.make_room() or self.swapper.evict_prefetched() or \
+            self._peer_readers_let_go(wait=True)
         if freed:
             self.collect()
             self.pool.free_all_blocks()
+        return freed
+
+    def _peer_readers_let_go(self, wait: bool) -> bool:
+        """The other GPUs that copy from this one keep each copy's source alive until an
+        event after it (_release_peer_sources), and let go of it when they collect: make
+        them collect, after waiting for their work with `wait`. True where one let go of
+        something."""
+        freed = False
+        for d in GpuDevice._instances.values():
+            if d is self or self.index not in d._peers:
+                continue
+            before = len(d._peer_sources) + len(d._deferred)
+            if not before:
+                continue
+            if wait:
+                if d._peer_sources:
+                    d._release_peer_sources()
+                d._device.synchronize()
+            d.collect()
+            freed = freed or len(d._peer_sources) + len(d._deferred) < before
+        self.make_current()
         return freed
 
     def begin_step(self, settings: tuple) -> bool:

@@ -111,3 +111,40 @@ def test_a_value_saved_by_an_outer_and_an_inner_loop_swaps_out(fuse):
                                                           swap_threshold=0.0), fuse)
     np.testing.assert_allclose(got[0], want[0], rtol=1e-5)
     np.testing.assert_allclose(got[1], want[1], rtol=1e-4, atol=1e-4)
+
+
+def _ping_pong(devices: tuple, steps: int, config: dcf.SessionConfig | None,
+               fuse: bool) -> np.ndarray:
+    """h <- (h * 0.5 on devices[0]) + 1 on devices[1], `steps` times: a new array on the
+    first device each iteration, copied to the second."""
+    g = dcf.Graph()
+    with g.as_default():
+        x = dcf.placeholder(dcf.float32, (R, C), name="x")
+
+        def body(i, h):
+            with dcf.device(devices[0]):
+                a = h * 0.5
+            with dcf.device(devices[1]):
+                h = a + 1.0
+            return i + 1, h
+        _, h = dcf.while_loop(lambda i, h: i < steps, body, (0, x))
+    cfg = config or dcf.SessionConfig()
+    cfg.fuse_devices = fuse
+    with dcf.Session(g, config=cfg) as sess:
+        return sess.run(h, {x: _x()})
+
+
+@pytest.mark.parametrize("fuse", [True, False], ids=["compiled", "partitioned"])
+def test_copies_to_another_gpu_that_are_done_give_their_sources_back(fuse, gpu_count):
+    """A peer copy's source stays alive on the receiving GPU until an event after the
+    copy (GpuDevice._release_peer_sources, defer), and that GPU let go of it only when
+    it collected: a failed allocation on the sending GPU collected only its own, so a
+    loop that makes a 64 KiB array on /gpu:0 for /gpu:1 each iteration, with no more
+    than two alive at once, ran out of a 1 MiB budget on /gpu:0."""
+    if gpu_count < 2:
+        pytest.skip("needs two GPUs")
+    steps = 40
+    want = _ping_pong(("/cpu:0", "/cpu:0"), steps, None, fuse)
+    got = _ping_pong(("/gpu:0", "/gpu:1"), steps, dcf.SessionConfig(gpu_memory_limit=1 << 20),
+                     fuse)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
