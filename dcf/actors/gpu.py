@@ -480,8 +480,10 @@ class GpuDevice:
         """Start a device-to-host copy into pinned memory; returns (host array, event)."""
         self.make_current()
         shape = arr.shape
-        if not arr.flags.c_contiguous:
-            arr = self.cp.ascontiguousarray(arr)   # (it makes 0-d arrays 1-d: keep shape)
+        if not arr.flags.c_contiguous:    # compacted first, making room for it if need be
+            c = self.alloc(shape, arr.dtype, f"a compact copy of {what}")
+            c[...] = arr
+            arr = c
         host = self.pinned_empty(shape, arr.dtype)
         s = self.d2h
         s.wait_event(self.record(self.compute))

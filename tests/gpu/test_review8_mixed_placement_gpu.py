@@ -148,3 +148,43 @@ def test_copies_to_another_gpu_that_are_done_give_their_sources_back(fuse, gpu_c
     got = _ping_pong(("/gpu:0", "/gpu:1"), steps, dcf.SessionConfig(gpu_memory_limit=1 << 20),
                      fuse)
     np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def _transposed_to_host(gpu: str, config: dcf.SessionConfig | None, fuse: bool) -> tuple:
+    """A swapping loop h <- tanh(h @ w) on `gpu` whose h.T (a view, not C-contiguous)
+    goes to the host each iteration; the sum of its first columns and d sum(h) / d w."""
+    g = dcf.Graph()
+    with g.as_default():
+        x = dcf.placeholder(dcf.float32, (R, C), name="x")
+        with dcf.device(gpu):
+            w = dcf.Variable(_w(), name="w")
+
+        def body(i, h, s):
+            with dcf.device(gpu):
+                h = dcf.tanh(dcf.matmul(h, w.read_value()))
+                t = dcf.transpose(h)
+            with dcf.device("/cpu:0"):
+                s = s + dcf.reduce_sum(t[:, :3])
+            return i + 1, h, s
+        _, h, s = dcf.while_loop(lambda i, h, s: i < 24, body, (0, x, 0.0),
+                                 swap_memory=True)
+        (gw,) = dcf.gradients(dcf.reduce_sum(h), [w])
+        init = dcf.global_variables_initializer()
+    cfg = config or dcf.SessionConfig()
+    cfg.fuse_devices = fuse
+    with dcf.Session(g, config=cfg) as sess:
+        sess.run(init)
+        return sess.run([s, gw], {x: _x()})
+
+
+@pytest.mark.parametrize("fuse", [True, False], ids=["compiled", "partitioned"])
+def test_a_view_going_to_the_host_makes_room_for_its_compact_copy(fuse):
+    """A value that is not C-contiguous is compacted on the GPU before its copy to the
+    host; that allocation went straight to the pool, so where the budget was reached it
+    failed (ResourceExhaustedError naming the transfer) where any kernel's allocation
+    would have moved saved values out first."""
+    want = _transposed_to_host("/cpu:0", None, fuse)
+    got = _transposed_to_host("/gpu:0", dcf.SessionConfig(gpu_memory_limit=2 << 20,
+                                                          swap_threshold=0.9), fuse)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-4, atol=1e-4)
