@@ -191,7 +191,9 @@ class _Swapper:
         if pushing:
             if self.stacks:
                 # copies to the host that are done let go of their sources, which would
-                # look held elsewhere (a loop's value sent to the host each iteration)
+                # look held elsewhere (a loop's value sent to the host each iteration).
+                # Only those done by now: on a GPU behind the host they are not yet, and
+                # such a loop's stack can still be given up on (bench/NOTES.md, session 35)
                 self.gpu.collect()
                 used = self._used = self.gpu.used_bytes()
                 self._countdown = USAGE_EVERY
