@@ -90,9 +90,7 @@ class LocalRendezvous:
     def abort_step(self, step: Any, error: BaseException) -> None:
         """Drop every slot of `step`: a failed or cancelled step leaves nothing behind."""
         self._aborted[step] = error
-        for table in (self._values, self._waiters):
-            for k in [k for k in table if k[0] == step]:
-                del table[k]
+        _drop_step(self._values, self._waiters, step=step)
 
     def end_step(self, step: Any) -> None:
         """Forget `step`: its slots go, and values that still arrive for it are dropped."""
@@ -100,10 +98,18 @@ class LocalRendezvous:
         if len(self._ended) > _ENDED_KEPT:
             self._ended.popitem(last=False)
         self._aborted.pop(step, None)
-        for table in (self._values, self._waiters):
-            for k in [k for k in table if k[0] == step]:
-                del table[k]
+        _drop_step(self._values, self._waiters, step=step)
 
     def pending(self, step: Any | None = None) -> int:
-        return sum(1 for t in (self._values, self._waiters) for k in t
+        return sum(1 for t in (self._values, self._waiters) for k in list(t)
                    if step is None or k[0] == step)
+
+
+def _drop_step(*tables: dict, step: Any) -> None:
+    """Drop `step`'s keys from each table. The runs of an AsyncSession used from several
+    threads' event loops share one rendezvous, so another thread may add or remove its
+    own steps' keys meanwhile: the keys are looked at in a copy (list() of a dict is
+    taken whole, under the GIL), not while iterating over the dict."""
+    for table in tables:
+        for k in [k for k in list(table) if k[0] == step]:
+            table.pop(k, None)

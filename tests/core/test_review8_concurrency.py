@@ -1,0 +1,63 @@
+"""Concurrency and cancellation found by a review by use (round 8): many runs of one
+session from threads, tasks and several event loops, cancelled, timed out or closed under
+them. Each test fails (or hangs into its timeout) without its fix."""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+import pytest
+
+from dcf.actors.rendezvous import LocalRendezvous
+
+
+def _in_threads(n: int, work) -> list:
+    errors: list = []
+
+    def guarded(k):
+        try:
+            work(k)
+        except BaseException as e:      # noqa: BLE001 - reported by the test
+            errors.append(e)
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)     # (threads switch often: a race shows within a few runs)
+    try:
+        threads = [threading.Thread(target=guarded, args=(k,)) for k in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+    finally:
+        sys.setswitchinterval(old)
+    assert not any(t.is_alive() for t in threads)
+    return errors
+
+
+@pytest.mark.timeout(120)
+def test_steps_of_several_threads_end_on_one_rendezvous():
+    # An AsyncSession used from several threads' event loops (the queues' docs allow it)
+    # has one rendezvous for all of their runs: a step that ended or timed out dropped its
+    # slots by iterating over the tables while another thread's steps added theirs, and
+    # the run failed with "RuntimeError: dictionary changed size during iteration" (a few
+    # runs in a thousand, with loops over two devices and timeouts).
+    rv = LocalRendezvous()
+    failed = threading.Event()
+
+    def steps(k):
+        for step in range(k * 10**6, k * 10**6 + 10_000):
+            if failed.is_set():         # (another thread has shown it: no need to go on)
+                return
+            for edge in range(20):
+                rv.send((step, edge, ()), edge)     # values wait for their Recvs
+            try:
+                if step % 2:
+                    rv.abort_step(step, RuntimeError("timed out"))
+                rv.end_step(step)
+            except RuntimeError:
+                failed.set()
+                raise
+
+    assert _in_threads(3, steps) == []
+    assert rv.pending() == 0
