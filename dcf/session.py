@@ -401,7 +401,7 @@ class AsyncSession:
             raise CancelledError("the session was closed while this run was in flight; "
                                  "the run was aborted on every device") from None
         finally:
-            left = running.pop(me, 1) - 1     # (gone where close() gave up on it)
+            left = running.pop(me) - 1
             if left:
                 running[me] = left
 
@@ -420,16 +420,9 @@ class AsyncSession:
                 elif not loop.is_closed():  # a run in another thread's loop, maybe asleep
                     loop.call_soon_threadsafe(t.cancel)
         deadline = time.monotonic() + 10.0
-        while any(t in self._running and not t.done() and not t.get_loop().is_closed()
-                  for t in tasks if t is not me) and time.monotonic() < deadline:
+        while any(t in self._running and not t.done() for t in tasks if t is not me) and \
+                time.monotonic() < deadline:
             await asyncio.sleep(0.001)
-        for t in tasks:
-            if not t.done() and t.get_loop().is_closed():
-                # its loop was closed with it pending (its thread's asyncio.run did not
-                # get to cancel it): it never unwinds, so it is waited for no longer (close
-                # took 10 s) and holds the session's devices no more
-                self._cancelled_by_close.discard(t)
-                self._running.pop(t, None)
 
     async def _run_parts(self, rp: _RunPlan, targets: list, structure: Any,
                          feed_tensors: list, feed_values: list, options: RunOptions,
