@@ -458,7 +458,9 @@ def run_bench(quick: bool) -> tuple[dict, list[Result], dict, dict]:
 def child_measure(spec: dict) -> dict:
     """Time every workload of one system in this (fresh) process."""
     system, quick = spec["system"], spec["quick"]
-    rep = {"chain3": (5, 20), "chain1000": (2 if quick else 3, 1), "lstm": (2 if quick else 3, 1)}
+    # samples per workload, each one call for dcf and the peers alike (a mean over a block
+    # of calls has a higher median and minimum than a single call: they would not compare)
+    rep = {"chain3": 100, "chain1000": 2 if quick else 3, "lstm": 2 if quick else 3}
     out: dict[str, Any] = {}
 
     def keep(name: str, wl: str, fn: Callable[[], Stats]) -> None:
@@ -469,20 +471,18 @@ def child_measure(spec: dict) -> dict:
             out[f"{name}|{wl}"] = {"error": f"{type(e).__name__}: {e}"}
 
     def dcf_time(obj: Any, wl: str) -> Stats:
-        repeat, number = rep[wl]
-        return time_call(lambda: obj.call(system), repeat=repeat, warmup=1, number=number)
+        return time_call(lambda: obj.call(system), repeat=rep[wl], warmup=1)
 
     for n in (3, 1000):
         wl = f"chain{n}"
-        reps = rep[wl][0] * rep[wl][1]
         if system in DCF_SYSTEMS:
             ch = DcfChain(n)
             keep(system, wl, functools.partial(dcf_time, ch, wl))
             ch.close()
         elif system in ("tf1", "torch", "jax"):
             fn = getattr(peers, f"{system}_grad_chain")
-            keep(system, wl, functools.partial(fn, n, repeat=reps, warmup=2))
-    repeat = rep["lstm"][0]
+            keep(system, wl, functools.partial(fn, n, repeat=rep[wl], warmup=2))
+    repeat = rep["lstm"]
     if system in DCF_SYSTEMS:
         lstm = DcfLstm(**LSTM_SHAPE)
         keep(system, "lstm", lambda: dcf_time(lstm, "lstm"))
