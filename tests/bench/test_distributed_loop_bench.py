@@ -1,0 +1,31 @@
+"""Tests of bench/distributed_loop.py's measuring logic, with fakes in place of a cluster."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+_REPO_ROOT = Path(__file__).resolve().parents[2]
+if str(_REPO_ROOT) not in sys.path:  # `bench` lives at the repository root
+    sys.path.insert(0, str(_REPO_ROOT))
+
+from bench import distributed_loop  # noqa: E402
+
+
+class _FakeCase(distributed_loop.DcfCase):
+    """A loop at 1 µs an iteration whose first run (building the plans) takes 1 s."""
+
+    def __init__(self) -> None:
+        self.runs: list[int] = []
+
+    def run(self, n: int) -> float:
+        self.runs.append(n)
+        return 1.0 if len(self.runs) == 1 else n * 1e-6
+
+
+@pytest.mark.parametrize("target_s", [0.1, 0.25])
+def test_calibration_leaves_the_first_run_out(target_s: float) -> None:
+    n = _FakeCase().calibrate(target_s)
+    assert n * 1e-6 == pytest.approx(target_s, rel=0.01)
