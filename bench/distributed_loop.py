@@ -142,9 +142,10 @@ def _tf1(num_workers: int, barrier: bool, iters: int, repeat: int) -> Stats:
 
 
 def _rates(samples_s: list[float], n: int) -> dict[str, float]:
-    r = sorted(n / s for s in samples_s)
-    pct = lambda q: float(np.percentile(r, q))
-    return {"median": pct(50), "p5": pct(5), "p95": pct(95)}
+    """The printed and plotted it/s: those of the JSON's row (n / the time statistics;
+    percentiles of the rates themselves differ where they interpolate)."""
+    r = Result.rate("", "", Stats.from_samples(samples_s), n)
+    return {"median": r.median, "p5": r.p5, "p95": r.p95}
 
 
 def machine() -> dict[str, Any]:

@@ -29,3 +29,12 @@ class _FakeCase(distributed_loop.DcfCase):
 def test_calibration_leaves_the_first_run_out(target_s: float) -> None:
     n = _FakeCase().calibrate(target_s)
     assert n * 1e-6 == pytest.approx(target_s, rel=0.01)
+
+
+def test_the_printed_and_plotted_rates_are_the_reported_ones() -> None:
+    samples, n = [0.5, 1.0, 1.5, 4.0], 100          # an even count: the median interpolates
+    shown = distributed_loop._rates(samples, n)
+    row = distributed_loop.Result.rate("dcf", "it/s", distributed_loop.Stats.from_samples(
+        samples), n)
+    assert shown == {"median": pytest.approx(row.median), "p5": pytest.approx(row.p5),
+                     "p95": pytest.approx(row.p95)}
