@@ -202,13 +202,15 @@ def main(argv: list[str] | None = None) -> dict:
     quick = args.quick
     workers = [int(w) for w in (args.workers or ("1,2,4" if quick else "1,2,4,8")).split(",")]
     target_s = 0.1 if quick else 0.25
-    repeat = 5 if quick else 16          # dcf samples per (N, variant)
+    repeat = 5 if quick else 16          # dcf samples per (N, variant), at least
     rounds = 1 if quick else 3           # alternations of dcf and TF1 blocks
     tf_repeat = 2 if quick else 3        # TF1 samples per block
+    per_round = math.ceil(repeat / rounds)
     use_tf = not args.no_peer and peer_available("tf1")
     config: dict[str, Any] = {"quick": quick, "workers": workers,
                               "parallel_iterations": PARALLEL_ITERATIONS,
-                              "dcf_repeat": repeat, "rounds": rounds,
+                              "dcf_repeat": per_round * rounds, "rounds": rounds,
+                              "tf1_repeat": tf_repeat * rounds if use_tf else None,
                               "tf1": peer_versions().get("tf1") if use_tf else None,
                               "dcf_endpoints": "ipc" if _ipc_available() else "tcp",
                               **machine()}
@@ -228,7 +230,6 @@ def main(argv: list[str] | None = None) -> dict:
                     tf_iters = max(200, min(3000, 600 if quick else 2000))
                     dcf_samples: list[float] = []
                     tf_samples: list[float] = []
-                    per_round = math.ceil(repeat / rounds)
                     for _ in range(rounds):
                         dcf_samples += [case.run(n) for _ in range(per_round)]
                         if use_tf:

@@ -38,3 +38,40 @@ def test_the_printed_and_plotted_rates_are_the_reported_ones() -> None:
         samples), n)
     assert shown == {"median": pytest.approx(row.median), "p5": pytest.approx(row.p5),
                      "p95": pytest.approx(row.p95)}
+
+
+class _Timed(_FakeCase):
+    """A case for main(): calibrates to 5,000 iterations, then counts its timed runs."""
+
+    made: list[_Timed] = []
+
+    def __init__(self, cluster: object, num_workers: int, barrier: bool) -> None:
+        super().__init__()
+        _Timed.made.append(self)
+
+    def calibrate(self, target_s: float) -> int:
+        return 5000
+
+    def close(self) -> None:
+        pass
+
+
+class _NoCluster:
+    def __enter__(self) -> _NoCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize("quick", [True, False])
+def test_the_config_records_the_runs_made(monkeypatch, quick) -> None:
+    _Timed.made.clear()
+    monkeypatch.setattr(distributed_loop, "DcfCase", _Timed)
+    monkeypatch.setattr(distributed_loop.dcf.Cluster, "local", lambda n: _NoCluster())
+    monkeypatch.setattr(distributed_loop, "plot", lambda *a: None)
+    payload = distributed_loop.main(["--workers", "1", "--no-peer"] +
+                                    (["--quick"] if quick else []))
+    assert len(_Timed.made) == 2                                         # the two variants
+    for case in _Timed.made:
+        assert len(case.runs) - 2 == payload["config"]["dcf_repeat"]     # after 2 warm-ups
