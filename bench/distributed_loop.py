@@ -238,6 +238,10 @@ def main(argv: list[str] | None = None) -> dict:
                 finally:
                     case.close()
                 ds = Stats.from_samples(dcf_samples, extra={"iterations": n})
+                # a loop's iterations per run (dcf's calibrated, TF1's fixed): the rates
+                # amortise a run's fixed cost over them
+                config.setdefault("iterations", {})[label] = {
+                    "dcf": n, "tf1": tf_iters if tf_samples else None}
                 results.append(Result.rate("dcf", f"{label} it/s", ds, n))
                 points[("dcf", barrier)].append((nw, _rates(dcf_samples, n)))
                 dr = _rates(dcf_samples, n)

@@ -75,3 +75,5 @@ def test_the_config_records_the_runs_made(monkeypatch, quick) -> None:
     assert len(_Timed.made) == 2                                         # the two variants
     for case in _Timed.made:
         assert len(case.runs) - 2 == payload["config"]["dcf_repeat"]     # after 2 warm-ups
+    assert payload["config"]["iterations"] == {
+        "N=1 no barrier": {"dcf": 5000, "tf1": None}, "N=1 barrier": {"dcf": 5000, "tf1": None}}
