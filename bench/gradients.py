@@ -28,8 +28,8 @@ peers' ``grad_sum``; dcf's LSTM loss against JAX's (dcf's kernel is set to the v
 ``jax_lstm_step`` initialises), and dcf's LSTM variable gradients against PyTorch's
 ``LSTMCell`` loaded with the same weights (gate order mapped).
 
-Saved-stack memory of the 1000-chain: every ``StackPushV2``/``StackPopV2`` of one run is
-counted (bytes live on the stacks, their peak, and the pushes), next to what PyTorch's
+Saved-stack memory of the 1000-chain: every ``StackPushV2``/``StackPopV2`` of one run (on
+the tagged-token executor, whose pushes and pops go through ``StackStore``) is counted (bytes live on the stacks, their peak, and the pushes), next to what PyTorch's
 autograd saves for the same chain (``saved_tensors_hooks``).
 
 Ratios are **time ratios dcf / peer** of the medians (< 1: dcf is faster); the ``(min)``
@@ -180,6 +180,16 @@ class StackMeter:
 
     def __exit__(self, *exc: object) -> None:
         self.cls.push, self.cls.pop = self.orig
+
+
+def stack_memory(ch: DcfChain) -> StackMeter:
+    """One run of `ch` with its stack pushes and pops counted, on the tagged-token
+    executor: compiled frames push and pop inline, past StackStore's methods."""
+    with StackMeter() as meter:
+        ch.call("dcf-executor")
+    if not meter.pushes:
+        raise RuntimeError("no stack push was counted: StackMeter no longer sees them")
+    return meter
 
 
 def torch_saved_bytes(iters: int) -> int | None:
@@ -407,8 +417,7 @@ def run_bench(quick: bool) -> tuple[dict, list[Result], dict, dict]:
 
     # ---- saved stacks of the 1000-chain
     ch = dchains[1000]
-    with StackMeter() as meter:
-        ch.call("dcf")
+    meter = stack_memory(ch)
     n_stacks = len(dcf.autodiff.loop_state.saved_stacks(ch.graph))
     memory = {"chain1000_stacks": n_stacks, "chain1000_stack_pushes": meter.pushes,
               "chain1000_stack_bytes_pushed": meter.pushed,

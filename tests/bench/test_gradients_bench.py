@@ -49,3 +49,14 @@ def test_dcf_and_its_peers_take_the_same_samples_of_each_chain(monkeypatch, quic
         samples = mine[f"dcf|chain{n}"]["samples"]
         assert len(samples) == peer_repeat[n] == len(theirs[f"torch|chain{n}"]["samples"])
         assert calls[n] == 1 + len(samples)      # one warm-up, then one call per sample
+
+
+def test_the_stack_meter_counts_every_saved_value_of_the_chain() -> None:
+    ch = gradients.DcfChain(3)
+    try:
+        meter = gradients.stack_memory(ch)
+    finally:
+        ch.close()
+    # two stacks, one 10x10 float32 (400 bytes) pushed on each per iteration; the
+    # compiled path pushes past StackStore's methods, where the meter saw nothing
+    assert (meter.pushes, meter.peak, meter.live) == (6, 6 * 400, 0)
