@@ -97,7 +97,7 @@ class _Macro:
         self.waiting = info.num_enters
         self.name = info.name
         self.local = -1
-        self.ordered = False
+        self.ordered = info.ordered   # a nested loop with state: in its parent's order
         self.fetch = ()
         self.op = None
         self.type = "Frame"
@@ -299,24 +299,35 @@ class Executor:
     def _ready(self, node: Any, ist: IterState) -> None:
         ist.outstanding += 1
         if node.ordered:
-            fr = ist.frame
-            if ist.it > fr.st_iter:
-                # stateful ops keep iteration order: wait for earlier iterations' ones
-                fr.st_parked.setdefault(ist.it, []).append((node, ist))
-                return
+            self._gate(node, ist)
+            return
         self.ready.append((node, ist))
+
+    def _gate(self, node: Any, ist: IterState) -> None:
+        """Queue a stateful node, or park it until earlier iterations' stateful nodes
+        have finished: of its own frame, and of each enclosing loop (a nested loop
+        instance is one stateful node of its parent's iteration)."""
+        fr, it = ist.frame, ist.it
+        while fr.parent_ist is not None:
+            if it > fr.st_iter:
+                fr.st_parked.setdefault(it, []).append((node, ist))
+                return
+            it, fr = fr.parent_ist.it, fr.parent
+        self.ready.append((node, ist))
+
+    def _ordered_done(self, fr: Frame, it: int) -> None:
+        """One stateful node of iteration `it` of `fr` finished."""
+        fr.st_done[it] = fr.st_done.get(it, 0) + 1
+        need = fr.info.n_ordered
+        while fr.st_done.get(fr.st_iter, 0) == need:
+            del fr.st_done[fr.st_iter]
+            fr.st_iter += 1
+            for node, ist in fr.st_parked.pop(fr.st_iter, ()):
+                self._gate(node, ist)
 
     def _done_node(self, node: Any, ist: IterState) -> None:
         if node.ordered:
-            fr = ist.frame
-            n = fr.st_done.get(ist.it, 0) + 1
-            fr.st_done[ist.it] = n
-            need = fr.info.n_ordered
-            while fr.st_done.get(fr.st_iter, 0) == need:
-                del fr.st_done[fr.st_iter]
-                fr.st_iter += 1
-                for item in fr.st_parked.pop(fr.st_iter, ()):
-                    self.ready.append(item)
+            self._ordered_done(ist.frame, ist.it)
         ist.outstanding -= 1
         if ist.outstanding == 0:
             self._maybe_retire(ist.frame)
@@ -372,6 +383,8 @@ class Executor:
                 # a loop that never produced a live value here (it ran dead) exits dead
                 self._propagate(ex, (DEAD,), pist, True)
         del frame.parent.children[(frame.info.name, pist.it)]
+        if frame.info.ordered:
+            self._ordered_done(pist.frame, pist.it)
         pist.outstanding -= 1
         if pist.outstanding == 0:
             self._maybe_retire(pist.frame)
@@ -478,7 +491,10 @@ def _enter_compiled(ex: Executor, node: NodeInfo, ist: IterState, v: Any) -> boo
     if m.waiting == 0:
         del ist.frame.children[key]
         m.gen = node.child.compiled.start(m.enter_values, ist, ex)
-        ex.ready.append((m, ist))
+        if m.ordered:
+            ex._gate(m, ist)
+        else:
+            ex.ready.append((m, ist))
     return True
 
 

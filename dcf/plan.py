@@ -51,8 +51,10 @@ class FrameInfo:
     pending: list = field(default_factory=list)     # template per local node id
     num_enters: int = 0                             # Enter nodes into this frame
     exits: list = field(default_factory=list)       # Exit nodes of this frame
-    n_ordered: int = 0                              # stateful nodes kept in iteration order
+    n_ordered: int = 0          # stateful nodes (and ordered child frames) kept in iteration order
     children: list = field(default_factory=list)
+    ordered: bool = False       # holds stateful nodes (or a frame nested in it does) and its
+                                # parent is a loop: each instance is one ordered node there
     compiled: Any = None                            # CompiledFrame when straight-line
 
 
@@ -131,6 +133,21 @@ def _bind(p: PNode, xp: Any, resources: Any) -> Any:
     if bind is not None:  # a device that wraps its kernels (GPU: dcf/actors/gpu_actor.py)
         return bind(p, kw)
     return functools.partial(p.kernel, xp, **kw) if kw else functools.partial(p.kernel, xp)
+
+
+def _order_nested_frames(f: FrameInfo) -> bool:
+    """Whether `f` or a frame nested in it holds a stateful node. A loop frame keeps
+    such a child frame in its iteration order as one stateful node, which ends when the
+    child loop instance ends: the stateful ops of a nested loop in iteration k+1 wait for
+    those of iteration k, nested loops' included."""
+    state = f.n_ordered > 0
+    for c in f.children:
+        if _order_nested_frames(c):
+            state = True
+            if f.parent is not None:
+                c.ordered = True
+                f.n_ordered += 1
+    return state
 
 
 def build_plan(pnodes: list[PNode], feeds: list[tuple[PNode, int]],
@@ -242,6 +259,7 @@ def build_plan(pnodes: list[PNode], feeds: list[tuple[PNode, int]],
         i.simple = (i.kind == Kind.KERNEL and i.n_out == 1 and not i.ctrl_outs and not i.fetch
                     and not i.ordered and not any(m for _, _, m in i.outs[0]))
     root = frames[""]
+    _order_nested_frames(root)
     # A node is a source when nothing is pending for it, except fed inputs which the run
     # delivers itself.
     n_fed = {}

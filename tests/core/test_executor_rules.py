@@ -456,6 +456,54 @@ def test_stateful_ops_keep_iteration_order(pi, split, compiled, run_graph):
     assert log == list(range(16))
 
 
+def _nested_counter_loop(outer_pi: int, inner_trips: int, *, dequeue=None):
+    """An outer loop of 4 iterations whose body runs an inner loop of assign_adds on one
+    counter; each outer iteration records the values its inner loop's assigns returned."""
+    w = dcf.Variable(0, name="w")
+
+    def outer(i, ta):
+        def inner(j, tb):
+            return j + 1, tb.write(j, w.assign_add(1))
+
+        _, tb = dcf.while_loop(lambda j, tb: j < inner_trips, inner,
+                               (0, dcf.TensorArray(dcf.int32, size=inner_trips)))
+        with dcf.control_dependencies([dequeue()] if dequeue else []):
+            return i + 1, ta.write(i, tb.stack())
+
+    _, ta = dcf.while_loop(lambda i, ta: i < 4, outer, (0, dcf.TensorArray(dcf.int32, size=4)),
+                           parallel_iterations=outer_pi)
+    return ta.stack(), w
+
+
+@pytest.mark.parametrize("outer_pi", [2, 32])
+@pytest.mark.parametrize("traced", [False, True], ids=["untraced", "traced"])
+def test_stateful_ops_of_a_nested_loop_keep_the_outer_iteration_order(outer_pi, traced,
+                                                                      compiled):
+    """An inner loop of outer iteration k+1 ran its assigns between those of iteration k's
+    (the tagged-token executor ordered each loop instance's own iterations only)."""
+    out, w = _nested_counter_loop(outer_pi, 3)
+    opts = dcf.RunOptions(trace=True) if traced else None
+    with dcf.Session(config=compiled) as sess:
+        sess.run(w.initializer)
+        got = sess.run(out, options=opts)
+    np.testing.assert_array_equal(got, np.arange(1, 13).reshape(4, 3))
+
+
+def test_a_compiled_nested_loop_keeps_the_order_of_an_executor_run_outer_loop(monkeypatch):
+    """A dequeue keeps the outer frame on the executor; its compiled inner loops ran
+    interleaved whenever one handed the event loop back."""
+    import dcf.frame_compiler as fc
+
+    monkeypatch.setattr(fc, "_YIELD_S", 0.0)   # hand back at every check
+    q = dcf.FIFOQueue(8, [dcf.int32], shapes=[()])
+    n = 1000
+    out, w = _nested_counter_loop(32, n, dequeue=q.dequeue)
+    with dcf.Session() as sess:
+        sess.run([w.initializer, q.enqueue_many([np.arange(4, dtype=np.int32)])])
+        got = sess.run(out)
+    np.testing.assert_array_equal(got, np.arange(1, 4 * n + 1).reshape(4, n))
+
+
 # ------------------------------------------------- ops that read only loop constants
 @pytest.mark.parametrize("trips", [0, 3])
 def test_op_using_only_loop_constants_runs_once_per_iteration(trips, compiled, run_graph):
