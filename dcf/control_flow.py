@@ -151,6 +151,12 @@ class WhileContext(_ContextBase):
                 t = self.outer.capture(t)
                 # the Enter runs in the outer frame: its control inputs belong there
                 control_inputs = [self.outer.capture_control(c) for c in control_inputs or ()]
+                piv = _enclosing_pivot(self.outer)
+                if not is_constant and piv is not None and t.op.type == "Enter" and \
+                        t.op.attrs.get("is_constant"):
+                    # a loop constant of the outer loop holds in its exit iteration too:
+                    # without the pivot this loop would run there as well (TF's rule)
+                    control_inputs.append(piv)
             op = g.create_op(
                 "Enter", [t], [ttype or t.type], name=name, opdef=OPS["Enter"],
                 attrs={"frame_name": self.frame_name, "is_constant": is_constant,
@@ -192,6 +198,13 @@ class WhileContext(_ContextBase):
             token = apply("Const", [], name="control_token", value=dtypes.float32.np.type(0),
                           dtype=dtypes.float32)
         return self.capture(token).op
+
+
+def _enclosing_pivot(ctx: ControlFlowContext | None) -> Operation | None:
+    """The pivot of the closest enclosing context that has one."""
+    while ctx is not None and ctx.pivot() is None:
+        ctx = ctx.outer
+    return ctx.pivot() if ctx is not None else None
 
 
 # ---------------------------------------------------------------------- cond

@@ -521,6 +521,34 @@ def test_op_using_only_loop_constants_runs_once_per_iteration(trips, compiled, r
     assert len(calls) == trips
 
 
+@pytest.mark.parametrize("mixed", [False, True], ids=["all_constant", "one_constant"])
+@pytest.mark.parametrize("trips", [0, 3])
+def test_inner_loop_entered_with_loop_constants_runs_once_per_iteration(trips, mixed,
+                                                                        compiled):
+    """An inner loop whose loop vars start from the outer loop's constants ran in the outer
+    loop's exit iteration too (TF ties such an Enter to the outer pivot): its assigns
+    counted one outer iteration more than ran."""
+    w = dcf.Variable(0, name="w")
+    x0 = dcf.constant(0)
+    n = dcf.placeholder(dcf.int32, ())
+
+    def outer(i, s):
+        def inner(j, t):
+            with dcf.control_dependencies([w.assign_add(1)]):
+                return j + 1, t + 1
+        # with `mixed`, only j (which the inner cond reads) starts from a loop constant
+        j, t = dcf.while_loop(lambda j, t: j < 2, inner, (x0, s if mixed else x0))
+        return i + 1, s + j + t * 0
+
+    out = dcf.while_loop(lambda i, s: i < n, outer, (0, 0))
+    traced = dcf.RunOptions(trace=True)
+    for opts in (None, traced):
+        with dcf.Session(config=compiled) as sess:
+            sess.run(w.initializer)
+            assert sess.run(out, {n: trips}, options=opts) == (trips, 2 * trips)
+            assert sess.run(w) == 2 * trips
+
+
 def test_body_returning_a_captured_tensor_as_a_loop_var(compiled):
     """Its NextIteration reads only a loop constant; live in the exit iteration it would
     start an iteration that never ends."""
