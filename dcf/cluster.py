@@ -964,9 +964,31 @@ def _advertised(address: str, peer: str) -> str:
 
 
 def _client_bind(jobs: dict[str, list[str]]) -> str:
-    loopback = all(("127.0.0.1" in a or "localhost" in a or "[::1]" in a)
-                   for addrs in jobs.values() for a in addrs)
-    return "tcp://127.0.0.1:*" if loopback else "tcp://0.0.0.0:*"
+    """Where the client binds when the spec says nothing: 127.0.0.1 when every worker is
+    on this host (loopback or ipc), else all interfaces, so remote workers reach it."""
+    local = all(_is_local(a) for addrs in jobs.values() for a in addrs)
+    return "tcp://127.0.0.1:*" if local else "tcp://0.0.0.0:*"
+
+
+def _is_local(address: str) -> bool:
+    """Whether a worker at `address` can only be on this host: an ipc (Unix socket)
+    address, or a tcp one whose host is "localhost" or a loopback IP (the whole host
+    name compared, not a substring of it)."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    if address.startswith(("ipc://", "inproc://")):
+        return True
+    try:
+        host = urlsplit(address).hostname
+    except ValueError:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return host is not None and ipaddress.ip_address(host).is_loopback
+    except ValueError:   # a host name
+        return False
 
 
 # `python -m dcf.worker` would put the working directory first on sys.path, so that a
