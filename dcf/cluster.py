@@ -61,8 +61,10 @@ class ClusterSpec:
     """A parsed cluster spec: job name -> task addresses, and how messages are signed."""
 
     jobs: dict[str, list[str]]
-    secret: bytes | None = None
-    curve: dict[str, bytes] | None = None    # {"public": z85, "secret": z85}
+    # (keys stay out of the repr: a printed spec, or a traceback's locals, shows no secret)
+    secret: bytes | None = field(default=None, repr=False)
+    # {"public": z85, "secret": z85}
+    curve: dict[str, bytes] | None = field(default=None, repr=False)
     client: str | None = None                # the client's bind address, if given
 
     def curve_tuple(self) -> tuple | None:

@@ -1,5 +1,6 @@
 """The wire from review 8b: a client attaching to workers that are all on this host
-(ipc or any loopback address) binds to loopback, never to every interface."""
+(ipc or any loopback address) binds to loopback, never to every interface; a parsed
+cluster spec does not show its keys."""
 
 from __future__ import annotations
 
@@ -60,3 +61,15 @@ def test_a_client_of_an_ipc_worker_binds_to_loopback():
                 proc.kill()
                 proc.wait()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_parsed_spec_does_not_show_its_keys():
+    from dcf.cluster import load_spec
+
+    secret = "5ec7e75ec7e75ec7e75ec7e75ec7e75e"
+    spec = load_spec({"worker": ["tcp://127.0.0.1:5555"], "secret": secret,
+                      "curve": {"public": "P" * 40, "secret": "S" * 40}})
+    assert spec.secret == bytes.fromhex(secret)
+    text = repr(spec) + str(spec)
+    assert "tcp://127.0.0.1:5555" in text
+    assert repr(bytes.fromhex(secret))[2:-1] not in text and "S" * 40 not in text
