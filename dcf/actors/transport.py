@@ -40,8 +40,10 @@ There is no replay protection, and a name is held by one connection at a time, s
 a secret a party that connects first under a peer's name can block that peer (its own
 messages are still rejected); one that recorded a peer's messages can send them again under
 its name once that peer has gone (a client's steps run again; a dead peer's heartbeats keep
-it "alive"). And a message is checked only once received whole: a stranger that can
-connect makes this end hold up to twice `max_message_bytes` before refusing it. A
+it "alive"). And a message is checked only once received whole: libzmq bounds each
+frame by `max_message_bytes` (MAXMSGSIZE), but a multipart message is held whole until
+its last frame, so a stranger that can connect makes this end hold that many bytes per
+frame, for as many frames as it sends, before the frame count refuses it. A
 deployment on an open network uses CurveZMQ (`curve=`), which encrypts each connection and
 refuses unknown keys before any name is taken or any message is read.
 """
