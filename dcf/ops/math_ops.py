@@ -83,6 +83,7 @@ __all__ = [
     "logical_and",
     "logical_not",
     "logical_or",
+    "logical_xor",
     "matmul",
     "maximum",
     "minimum",
@@ -593,6 +594,11 @@ def logical_and(x: Any, y: Any, name: str | None = None) -> Tensor:
 def logical_or(x: Any, y: Any, name: str | None = None) -> Tensor:
     """``x | y`` on bool tensors."""
     return apply("LogicalOr", list(_pair(x, y)), name)
+
+
+def logical_xor(x: Any, y: Any, name: str | None = None) -> Tensor:
+    """``x ^ y`` on bool tensors: ``(x | y) & ~(x & y)``, as TF builds it."""
+    return logical_and(logical_or(x, y), logical_not(logical_and(x, y)), name)
 
 
 def logical_not(x: Any, name: str | None = None) -> Tensor:
@@ -1388,7 +1394,7 @@ def _reflected(fn):
 
 
 def _install_operators() -> None:
-    """`+ - * / // % ** @ & |` with reflected forms, unary `-`, abs(), `~` and `< <= > >=`.
+    """`+ - * / // % ** @ & | ^` with reflected forms, unary `-`, abs(), `~` and `< <= > >=`.
 
     `==` and hash stay identity: tensors are dict keys (use dcf.equal)."""
     binary = {
@@ -1402,6 +1408,7 @@ def _install_operators() -> None:
         "matmul": matmul,
         "and": logical_and,
         "or": logical_or,
+        "xor": logical_xor,
     }
     for name, fn in binary.items():
         setattr(Tensor, f"__{name}__", _as_method(fn))

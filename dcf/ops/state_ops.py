@@ -658,7 +658,7 @@ for _m in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", 
            "__rtruediv__", "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__", "__pow__",
            "__rpow__", "__matmul__", "__rmatmul__", "__neg__", "__lt__", "__le__", "__gt__",
            "__ge__", "__getitem__", "__abs__", "__and__", "__rand__", "__or__", "__ror__",
-           "__invert__"):
+           "__xor__", "__rxor__", "__invert__"):
     setattr(Variable, _m, _delegate(_m))
 
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
+import dcf
 from dcf import dtypes
 from dcf.errors import InvalidArgumentError
 from dcf.graph import Graph, Tensor
@@ -71,6 +72,7 @@ BINARY = [
     (M.greater_equal, np.greater_equal, (np.float16, np.int32), "any", "any"),
     (M.logical_and, np.logical_and, (np.bool_,), "any", "any"),
     (M.logical_or, np.logical_or, (np.bool_,), "any", "any"),
+    (M.logical_xor, np.logical_xor, (np.bool_,), "any", "any"),
 ]
 
 
@@ -275,6 +277,24 @@ def test_python_operators_build_the_matching_ops():
     for (t, type_, want), got in zip(cases, vals):
         assert isinstance(t, Tensor) and t.op.type == type_, (t, type_)
         np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_xor_operator_on_bool_tensors_and_variables():
+    # TF1's Tensor has `^` (logical_xor) next to `&` and `|`; dcf's had no __xor__
+    b = np.array([True, False, True, False])
+    c = np.array([True, True, False, False])
+    g = Graph()
+    with g.as_default():
+        tb, tc = placeholder(dcf.bool, (4,)), placeholder(dcf.bool, (4,))
+        v = dcf.Variable(c)
+        outs = [tb ^ tc, True ^ tb, tb ^ False, v ^ tb, b ^ v, M.logical_xor(tb, tc)]
+        with pytest.raises(TypeError, match="needs bool"):
+            placeholder(dtypes.int32, (2,)) ^ 1
+        with dcf.Session(g) as sess:
+            sess.run(dcf.global_variables_initializer())
+            got = sess.run(outs, {tb: b, tc: c})
+    for out, want in zip(got, [b ^ c, ~b, b, c ^ b, b ^ c, b ^ c]):
+        np.testing.assert_array_equal(out, want)
 
 
 def test_equality_and_hash_stay_identity():
