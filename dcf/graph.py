@@ -29,10 +29,7 @@ class TensorType:
     shape: Shape | None
 
     def __str__(self) -> str:
-        if self.shape is None:
-            return f"{self.dtype}[?]"
-        dims = ",".join("?" if d is None else str(d) for d in self.shape)
-        return f"{self.dtype}[{dims}]"
+        return f"{self.dtype}{shape_str(self.shape)}"
 
     @property
     def rank(self) -> int | None:
@@ -40,8 +37,9 @@ class TensorType:
 
 
 def shape_str(shape: Shape | None) -> str:
+    """`[?,3]` for a partly known shape; an unknown rank is not `[?]` (a vector's)."""
     if shape is None:
-        return "[?]"
+        return "[unknown rank]"
     return "[" + ",".join("?" if d is None else str(d) for d in shape) + "]"
 
 

@@ -1,0 +1,18 @@
+"""Python operators, indexing and printing of Tensors and Variables, as a TF1 user
+writes them."""
+
+from __future__ import annotations
+
+import dcf
+
+
+def test_an_unknown_rank_prints_apart_from_a_vector_of_unknown_length():
+    # both printed float32[?]: an error naming "got float32[?]" could mean either
+    g = dcf.Graph()
+    with g.as_default():
+        vec = dcf.placeholder(dcf.float32, [None], name="vec")
+        any_ = dcf.placeholder(dcf.float32, None, name="any")
+        mat = dcf.placeholder(dcf.float32, [None, 3], name="mat")
+    assert repr(vec) == "<dcf.Tensor 'vec:0' float32[?]>"
+    assert repr(any_) == "<dcf.Tensor 'any:0' float32[unknown rank]>"
+    assert repr(mat) == "<dcf.Tensor 'mat:0' float32[?,3]>"
