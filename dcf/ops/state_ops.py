@@ -568,7 +568,7 @@ class Variable:
         return scatter_update(self, indices, updates, name=name)
 
     def __repr__(self) -> str:
-        return f"<dcf.Variable '{self.name}' {self.dtype}{list(self.shape or [])}>"
+        return f"<dcf.Variable '{self.name}' {TensorType(self.dtype, self.shape)}>"
 
     # Arithmetic reads the value first, so a Variable behaves like a tensor.
     __array_ufunc__ = None  # numpy defers to the reflected operators (`np_array + v`)

@@ -16,3 +16,17 @@ def test_an_unknown_rank_prints_apart_from_a_vector_of_unknown_length():
     assert repr(vec) == "<dcf.Tensor 'vec:0' float32[?]>"
     assert repr(any_) == "<dcf.Tensor 'any:0' float32[unknown rank]>"
     assert repr(mat) == "<dcf.Tensor 'mat:0' float32[?,3]>"
+
+
+def test_a_variable_of_unknown_shape_does_not_print_as_a_scalar():
+    # printed float32[] (list(None or [])), a scalar's type; and [2, 2] where a tensor
+    # of that variable prints [2,2]
+    g = dcf.Graph()
+    with g.as_default():
+        p = dcf.placeholder(dcf.float32, None)
+        grows = dcf.Variable(p, name="grows", validate_shape=False)
+        w = dcf.Variable([[1.0, 2.0], [3.0, 4.0]], name="w")
+        s = dcf.Variable(0, name="s")
+    assert repr(grows) == "<dcf.Variable 'grows' float32[unknown rank]>"
+    assert repr(w) == "<dcf.Variable 'w' float32[2,2]>"
+    assert str(s) == "<dcf.Variable 's' int32[]>"
