@@ -1145,6 +1145,8 @@ def _index_entry(k: Any, dyn: list) -> Any:
         raise TypeError("boolean indices are not supported; use dcf.where / dcf.gather")
     if isinstance(k, (int, np.integer)) or k is None:
         return None if k is None else int(k)
+    if isinstance(k, np.ndarray) and k.ndim == 0 and k.dtype.kind in "iu":
+        return int(k)  # (np.array(3): TF1 takes it, numpy too)
     if _is_tensorlike(k):
         v = constant_value(k)
         if v is not None and np.ndim(v) == 0 and np.asarray(v).dtype.kind in "iu":

@@ -3,6 +3,9 @@ writes them."""
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
+
 import dcf
 
 
@@ -30,3 +33,20 @@ def test_a_variable_of_unknown_shape_does_not_print_as_a_scalar():
     assert repr(grows) == "<dcf.Variable 'grows' float32[unknown rank]>"
     assert repr(w) == "<dcf.Variable 'w' float32[2,2]>"
     assert str(s) == "<dcf.Variable 's' int32[]>"
+
+
+def test_a_zero_dim_numpy_int_array_indexes_as_tf1s_does():
+    # x[np.array(2)] and x[1:np.array(3)] were "unsupported index array(2)"
+    xv = np.arange(5, dtype=np.float32) * 1.5
+    g = dcf.Graph()
+    with g.as_default():
+        x = dcf.constant(xv)
+        outs = [x[np.array(2)], x[1:np.array(-1)], x[np.array(-1, np.int64)::np.array(-2)]]
+        with pytest.raises(TypeError, match="unsupported index"):
+            x[np.array([0, 2])]
+        with pytest.raises(TypeError, match="unsupported index"):
+            x[np.array(1.0)]
+        with dcf.Session(g) as sess:
+            got = sess.run(outs)
+    for out, want in zip(got, [xv[2], xv[1:-1], xv[-1::-2]]):
+        np.testing.assert_array_equal(out, want)
