@@ -778,10 +778,28 @@ def _check_run_args(feed_dict: Any, options: Any, run_metadata: Any) -> None:
                         f"{_short(run_metadata)}")
 
 
+def _feed_pairs(k: Any, v: Any, out: list) -> None:
+    """A feed_dict item as (key, value) pairs: a key that is a (nested) tuple of tensors,
+    such as an LSTMStateTuple of placeholders, pairs leaf by leaf with a value of the same
+    structure (the state a run fetched), as in TF1."""
+    if not isinstance(k, tuple):
+        out.append((k, v))
+        return
+    if not isinstance(v, (tuple, list)) or len(v) != len(k):
+        raise ValueError(f"feed_dict key {_short(k)} is a tuple of {len(k)} tensors: its "
+                         f"value must be a tuple or list of {len(k)} values, got {_short(v)}")
+    for kk, vv in zip(k, v):
+        _feed_pairs(kk, vv, out)
+
+
 def _convert_feeds(feed_dict: dict | None, graph: Graph) -> tuple[list, list]:
     tensors, values = [], []
-    named = False           # (only a key given by name can repeat another)
+    items: list = []
+    named = False           # (only a key given by name, or in a tuple, can repeat another)
     for k, v in (feed_dict or {}).items():
+        named = named or isinstance(k, tuple)
+        _feed_pairs(k, v, items)
+    for k, v in items:
         if isinstance(k, str):
             k = graph.get_tensor_by_name(k)
             named = True
@@ -817,8 +835,8 @@ def _convert_feeds(feed_dict: dict | None, graph: Graph) -> tuple[list, list]:
         tensors.append(k)
         values.append(val)
     if named and len(set(tensors)) < len(tensors):
-        # a tensor fed twice (as itself and by its name): the later value is the one fed,
-        # as in TF1, and the one a fetch of it returns
+        # a tensor fed twice (as itself and by its name, or in a tuple key): the later
+        # value is the one fed, as in TF1, and the one a fetch of it returns
         last = dict(zip(tensors, values))
         tensors, values = list(last), list(last.values())
     return tensors, values
