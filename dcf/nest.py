@@ -5,6 +5,8 @@ from __future__ import annotations
 import collections
 from typing import Any, Callable, Iterator
 
+from dcf.graph import Tensor
+
 
 def is_nested(x: Any) -> bool:
     return isinstance(x, (list, tuple, dict))
@@ -12,11 +14,14 @@ def is_nested(x: Any) -> bool:
 
 def _keys(d: dict) -> list:
     """A dict's keys in flatten's order: sorted, or where they do not sort (keys of mixed
-    types: {1: a, "b": c}) by type and repr -- still independent of insertion order."""
+    types: {1: a, "b": c}; tensors or Variables, whose `<` would build an op in their graph
+    each time) by type and repr -- still independent of insertion order."""
     try:
-        return sorted(d)
+        if not any(isinstance(k, Tensor) or hasattr(type(k), "_as_tensor") for k in d):
+            return sorted(d)
     except TypeError:
-        return sorted(d, key=lambda k: (type(k).__module__, type(k).__qualname__, repr(k)))
+        pass
+    return sorted(d, key=lambda k: (type(k).__module__, type(k).__qualname__, repr(k)))
 
 
 def _children(x: Any) -> list:

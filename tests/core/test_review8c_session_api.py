@@ -86,3 +86,28 @@ def test_an_async_session_takes_tuple_keys_too():
             return await sess.run(out, {(a, b): (2.0, 3.0)})
 
     assert asyncio.run(main()) == 23.0
+
+
+def test_a_fetch_dict_keyed_by_tensors_or_variables_adds_no_op_per_run():
+    # ({t: t for t in tensors}, {v: v for v in variables}: sorting the keys for the
+    # dict's order compared them with `<`, which built a Less op (and reads of the
+    # Variables) in the graph on every run)
+    g = dcf.Graph()
+    with g.as_default():
+        a = dcf.constant(1.0, name="a")
+        b = dcf.constant([2, 3], name="b")
+        v = dcf.Variable(5.0, name="v")
+        w = dcf.Variable([6.0, 7.0], name="w")
+        init = dcf.global_variables_initializer()
+    with dcf.Session(graph=g) as sess:
+        sess.run(init)
+        fetches = [{b: b, a: a}, {w: w, v: v, a: [a, v]}]
+        sess.run(fetches)
+        before = len(g.get_operations())
+        for _ in range(3):
+            got = sess.run(fetches)
+        assert len(g.get_operations()) == before
+    assert list(got[0]) == [b, a] and list(got[1]) == [w, v, a]
+    assert got[0][a] == 1.0 and got[1][v] == 5.0 and got[1][a] == [1.0, 5.0]
+    np.testing.assert_array_equal(got[0][b], [2, 3])
+    np.testing.assert_array_equal(got[1][w], [6.0, 7.0])
