@@ -521,6 +521,7 @@ class GpuDevice:
         if gv.device not in self._peers:
             self._enable_peer(gv.device)
         n = src.nbytes
+        seed = False
         if self._landing is not None and n >= LANDING_BUSY_BYTES:
             if n >= LANDING_MIN_BYTES:
                 return self._land(gv, what, where)
@@ -530,14 +531,13 @@ class GpuDevice:
                 # none idle: a new buffer's copy would wait for the compute stream as it
                 # is (no overlap), so it runs there, into a buffer that then comes back
                 # as a landing buffer for the copies after it
-                mem = self.alloc(src.shape, src.dtype, what).data
-                self._copy_after(gv, n, what, where, lambda: self._copy_peer(
-                    mem.ptr, src, gv.device, n, self.compute.ptr, on_compute=True))
-                self.stats["landing_seeded"] += 1
-                return self._landing_array(src, mem)
+                seed = True
         dst = self.alloc(src.shape, src.dtype, what)
         self._copy_after(gv, n, what, where, lambda: self._copy_peer(
             dst.data.ptr, src, gv.device, n, self.compute.ptr, on_compute=True))
+        if seed:
+            self.stats["landing_seeded"] += 1
+            return self._landing_array(src, dst.data)
         return dst
 
     def _copy_after(self, gv: _PeerValue, n: int, what: str, where: tuple,
