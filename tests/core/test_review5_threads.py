@@ -32,7 +32,9 @@ def _threads_switching_often():
         sys.setswitchinterval(old)
 
 
-def _in_threads(n: int, work) -> None:
+def _in_threads(n: int, work, timeout: float = 30) -> None:
+    """`work(k)` in threads k = 0..n-1: none still running after `timeout` s each, none
+    raised."""
     errors: list = []
 
     def guarded(k):
@@ -45,7 +47,7 @@ def _in_threads(n: int, work) -> None:
     for t in threads:
         t.start()
     for t in threads:
-        t.join(timeout=30)
+        t.join(timeout=timeout)
     assert not any(t.is_alive() for t in threads)
     assert not errors, errors
 

@@ -4,35 +4,12 @@ them. Each test fails (or hangs into its timeout) without its fix."""
 
 from __future__ import annotations
 
-import sys
 import threading
 
 import pytest
 
 from dcf.actors.rendezvous import LocalRendezvous
-
-
-def _in_threads(n: int, work) -> list:
-    errors: list = []
-
-    def guarded(k):
-        try:
-            work(k)
-        except BaseException as e:      # noqa: BLE001 - reported by the test
-            errors.append(e)
-
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)     # (threads switch often: a race shows within a few runs)
-    try:
-        threads = [threading.Thread(target=guarded, args=(k,)) for k in range(n)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=60)
-    finally:
-        sys.setswitchinterval(old)
-    assert not any(t.is_alive() for t in threads)
-    return errors
+from tests.core.test_review5_threads import _in_threads, _threads_switching_often
 
 
 @pytest.mark.timeout(120)
@@ -59,5 +36,6 @@ def test_steps_of_several_threads_end_on_one_rendezvous():
                 failed.set()
                 raise
 
-    assert _in_threads(3, steps) == []
+    with _threads_switching_often():
+        _in_threads(3, steps, timeout=60)       # (asserts no thread failed)
     assert rv.pending() == 0

@@ -622,23 +622,13 @@ def test_a_gpu_loop_keeps_at_most_parallel_iterations_in_flight(monkeypatch, pi)
     assert max(in_flight) >= max(1, (pi + 1) // 2)
 
 
-def test_large_peer_copies_land_in_recycled_buffers_and_stay_right(gpu_count):
-    """A value of >= LANDING_MIN_BYTES going from /gpu:0 to /gpu:1 every iteration, with
-    iterations in flight: the copies reuse landing buffers (on the h2d stream) and every
-    iteration's result equals numpy's. Real cupy with two GPUs only (the stand-in has no
-    UnownedMemory)."""
-    from dcf.actors import gpu as G
-
-    if gpu_count < 2:
-        pytest.skip("needs two GPUs")
-    g1 = G.GpuDevice.get(1)
-    if g1._landing is None:
-        pytest.skip("the cupy stand-in cannot wrap memory")
-    K = 1536                                    # 9 MiB of float32 per copy
-    rng = np.random.default_rng(7)
+def _chain_across_gpus(K: int, n: int, seed: int) -> tuple:
+    """a <- tanh(a @ w) on /gpu:0 and b <- b / 2 + a on /gpu:1, n iterations, 8 in
+    flight: each iteration's a ([K, K] float32) is copied to /gpu:1. The graph, its two
+    outputs, and numpy's float64 values of them."""
+    rng = np.random.default_rng(seed)
     w = (rng.standard_normal((K, K)) / np.sqrt(K)).astype(np.float32)
     s0 = (rng.standard_normal((K, K)) * 0.1).astype(np.float32)
-    n = 12
     g = dcf.Graph()
     with g.as_default():
         with dcf.device("/gpu:0"):
@@ -654,14 +644,30 @@ def test_large_peer_copies_land_in_recycled_buffers_and_stay_right(gpu_count):
             return i + 1, a2, b2
         _, a_out, b_out = dcf.while_loop(lambda i, a, b: i < n, body, (0, a0, b0),
                                          parallel_iterations=8)
-    before = g1.stats["landing_reused"]
-    with dcf.Session(g) as sess:
-        got_a, got_b = sess.run([a_out, b_out])
-        got_a2, got_b2 = sess.run([a_out, b_out])
     a, b = s0.astype(np.float64), np.zeros_like(s0, np.float64)
     for _ in range(n):
         a = np.tanh(a @ w)
         b = b * 0.5 + a
+    return g, a_out, b_out, a, b
+
+
+def test_large_peer_copies_land_in_recycled_buffers_and_stay_right(gpu_count):
+    """A value of >= LANDING_MIN_BYTES going from /gpu:0 to /gpu:1 every iteration, with
+    iterations in flight: the copies reuse landing buffers (on the h2d stream) and every
+    iteration's result equals numpy's. Real cupy with two GPUs only (the stand-in has no
+    UnownedMemory)."""
+    from dcf.actors import gpu as G
+
+    if gpu_count < 2:
+        pytest.skip("needs two GPUs")
+    g1 = G.GpuDevice.get(1)
+    if g1._landing is None:
+        pytest.skip("the cupy stand-in cannot wrap memory")
+    g, a_out, b_out, a, b = _chain_across_gpus(1536, 12, 7)   # 9 MiB of float32 per copy
+    before = g1.stats["landing_reused"]
+    with dcf.Session(g) as sess:
+        got_a, got_b = sess.run([a_out, b_out])
+        got_a2, got_b2 = sess.run([a_out, b_out])
     np.testing.assert_allclose(got_a, a, rtol=1e-3, atol=1e-4)
     np.testing.assert_allclose(got_b, b, rtol=1e-3, atol=1e-4)
     np.testing.assert_array_equal(got_b2, got_b)
@@ -684,29 +690,7 @@ def test_peer_copies_to_a_busy_gpu_land_and_stay_right(gpu_count):
         pytest.skip("the cupy stand-in cannot wrap memory")
     K = 512                                     # 1 MiB of float32 per copy
     assert G.LANDING_BUSY_BYTES <= K * K * 4 < G.LANDING_MIN_BYTES
-    rng = np.random.default_rng(8)
-    w = (rng.standard_normal((K, K)) / np.sqrt(K)).astype(np.float32)
-    s0 = (rng.standard_normal((K, K)) * 0.1).astype(np.float32)
-    n = 40
-    g = dcf.Graph()
-    with g.as_default():
-        with dcf.device("/gpu:0"):
-            a0 = dcf.constant(s0)
-        with dcf.device("/gpu:1"):
-            b0 = dcf.constant(np.zeros_like(s0))
-
-        def body(i, a, b):
-            with dcf.device("/gpu:0"):
-                a2 = dcf.tanh(dcf.matmul(a, dcf.constant(w)))
-            with dcf.device("/gpu:1"):
-                b2 = b * 0.5 + a2           # a2 crosses to /gpu:1
-            return i + 1, a2, b2
-        _, a_out, b_out = dcf.while_loop(lambda i, a, b: i < n, body, (0, a0, b0),
-                                         parallel_iterations=8)
-    a, b = s0.astype(np.float64), np.zeros_like(s0, np.float64)
-    for _ in range(n):
-        a = np.tanh(a @ w)
-        b = b * 0.5 + a
+    g, a_out, b_out, a, b = _chain_across_gpus(K, 40, 8)
     cp = g1.cp
     with dcf.Session(g) as sess:
         sess.run([a_out, b_out])                      # compiled, kernels built

@@ -21,6 +21,18 @@ def _w() -> np.ndarray:
     return (np.eye(C) * 0.9 + 0.001).astype(np.float32)
 
 
+def _run(g: dcf.Graph, fetches, x, config: dcf.SessionConfig | None, fuse: bool):
+    """`fetches` of graph g with _x() fed to x, its variables initialised, under `config`
+    (the default one where None) on the compiled (fuse) or partitioned path."""
+    cfg = config or dcf.SessionConfig()
+    cfg.fuse_devices = fuse
+    with g.as_default():
+        init = dcf.global_variables_initializer()
+    with dcf.Session(g, config=cfg) as sess:
+        sess.run(init)
+        return sess.run(fetches, {x: _x()})
+
+
 def _nested_grad(gpu: str, steps: int, config: dcf.SessionConfig | None,
                  fuse: bool) -> tuple:
     """d sum(h_T) / d w of h <- inner(tanh(h @ w)), inner two steps of u <- sigmoid(u) * u:
@@ -45,12 +57,7 @@ def _nested_grad(gpu: str, steps: int, config: dcf.SessionConfig | None,
         _, h = dcf.while_loop(lambda i, h: i < steps, body, (0, x), swap_memory=True)
         loss = dcf.reduce_sum(h)
         (gw,) = dcf.gradients(loss, [w])
-        init = dcf.global_variables_initializer()
-    cfg = config or dcf.SessionConfig()
-    cfg.fuse_devices = fuse
-    with dcf.Session(g, config=cfg) as sess:
-        sess.run(init)
-        return sess.run([loss, gw], {x: _x()})
+    return _run(g, [loss, gw], x, config, fuse)
 
 
 @pytest.mark.parametrize("fuse", [True, False], ids=["compiled", "partitioned"])
@@ -125,12 +132,7 @@ def _transposed_to_host(gpu: str, config: dcf.SessionConfig | None, fuse: bool) 
         _, h, s = dcf.while_loop(lambda i, h, s: i < 24, body, (0, x, 0.0),
                                  swap_memory=True)
         (gw,) = dcf.gradients(dcf.reduce_sum(h), [w])
-        init = dcf.global_variables_initializer()
-    cfg = config or dcf.SessionConfig()
-    cfg.fuse_devices = fuse
-    with dcf.Session(g, config=cfg) as sess:
-        sess.run(init)
-        return sess.run([s, gw], {x: _x()})
+    return _run(g, [s, gw], x, config, fuse)
 
 
 @pytest.mark.parametrize("fuse", [True, False], ids=["compiled", "partitioned"])
