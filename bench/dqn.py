@@ -33,11 +33,16 @@ TF1 steps/s of the same agent. ``config.run_overhead_us`` records what a dcf ``s
 that computes nearly nothing costs here (a Const; a Const and an op; five scalar feeds):
 fusing the client's ~3 runs a step into one can save about that much per removed run.
 
-    python -m bench.dqn [--quick] [--no-tf1] [--out FILE]
+``--device /gpu:0`` places both agents' graphs on a GPU (the environment's py_func stays on
+the host), as the paper's DQN ran: a GPU benchmark, skipped cleanly where no GPU is
+visible; TF1's agents are left out there (the device machine has no TensorFlow).
+
+    python -m bench.dqn [--quick] [--no-tf1] [--device /gpu:0] [--out FILE]
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import itertools
@@ -272,11 +277,11 @@ def measure(ex: Any, cfg: Any, *, skip: int, block: int, rounds: int,
                 "cpu": Stats.from_samples(cpu[k], number=block)} for k in agents}
 
 
-def run_overheads(n: int = 5000) -> dict[str, float]:
-    """Microseconds of one dcf `sess.run` that computes next to nothing: what fusing a
-    client's runs into one can save, per run it removes (the bound on in-graph/client)."""
+def run_overheads(n: int = 5000, device: str | None = None) -> dict[str, float]:
+    """Microseconds of one dcf `sess.run` that computes next to nothing, on `device` (None:
+    the default): what fusing a client's runs into one can save, per run it removes."""
     g = dcf.Graph()
-    with g.as_default():
+    with g.as_default(), (dcf.device(device) if device else contextlib.nullcontext()):
         c = dcf.constant(1.0)
         v = dcf.Variable(np.float32(0.0))
         op = dcf.group(v.assign_add(1.0))
@@ -303,7 +308,17 @@ def run_overheads(n: int = 5000) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> dict:
     parser = base_argparser(__doc__.split("\n")[0])
     parser.add_argument("--no-tf1", action="store_true", help="skip the TF1 peer")
+    parser.add_argument("--device", default=None, metavar="DEVICE",
+                        help="place both dcf agents' graphs there, e.g. /gpu:0 "
+                             "(default: the embedded CPU device)")
     args = parser.parse_args(argv)
+    device = args.device
+    on_gpu = bool(device) and "gpu" in device.lower()
+    if on_gpu:
+        from bench import gpu_common as G
+
+        if G.gpu_count() == 0:
+            G.skip("dqn", "no GPU visible (cupy with a CUDA device is needed)", args.out)
     ex = load_example()
     import gymnasium
 
@@ -313,8 +328,10 @@ def main(argv: list[str] | None = None) -> dict:
                              eps_decay_steps=500 if quick else 1000)
     collect_cfg = ex.DQNConfig(learn_start=10**9)
     run_cfg, run_block = ex.DQNConfig(), (1500 if quick else 6000)
-    tf1 = not args.no_tf1 and peer_available("tf1")
-    systems = {"in-graph": ex.InGraphAgent, "client": ex.ClientAgent}
+    tf1 = not args.no_tf1 and not on_gpu and peer_available("tf1")
+    systems = {"in-graph": lambda env, cfg: ex.InGraphAgent(env, cfg, device=device),
+               "client": lambda env, cfg: ex.ClientAgent(env, cfg, device=device)}
+    dcf_systems = dict(systems)
     if tf1:
         systems["tf1-in-graph"] = lambda env, cfg: TF1Agent(env, cfg, True)
         systems["tf1-client"] = lambda env, cfg: TF1Agent(env, cfg, False)
@@ -325,10 +342,11 @@ def main(argv: list[str] | None = None) -> dict:
                             rounds=rounds, systems=systems),
         # from the first step on, never learning: epsilon ~ 1
         "collecting": measure(ex, collect_cfg, skip=50, block=block,
-                              rounds=max(3, rounds // 2)),
+                              rounds=max(3, rounds // 2), systems=dcf_systems),
         # a training run from scratch with the example's settings (collecting, then
         # learning while epsilon decays over 10,000 steps), in 3 interleaved blocks
-        "training_run": measure(ex, run_cfg, skip=0, block=run_block, rounds=3),
+        "training_run": measure(ex, run_cfg, skip=0, block=run_block, rounds=3,
+                                systems=dcf_systems),
     }
     results, ratios = [], {}
     for regime, stats in regimes.items():
@@ -348,6 +366,7 @@ def main(argv: list[str] | None = None) -> dict:
     ratios["paper_speedup"] = 1.21
     config = {
         "quick": quick, "env": "CartPole-v1", "block_steps": block, "rounds": rounds,
+        "device": device or "/cpu:0", "card": G.card_name(0) if on_gpu else "cpu",
         "dqn": dict(vars(learn_cfg)), "learning_skip": learn_cfg.learn_start + 100,
         "training_run": {"steps": 3 * run_block, "dqn": dict(vars(run_cfg))},
         "tf1": tf1, "peers": peer_versions() if tf1 else {},
@@ -358,7 +377,7 @@ def main(argv: list[str] | None = None) -> dict:
         "dcf_source": source_fingerprint(HOT_PATH_FILES),
         "example_sha1": hashlib.sha1((ROOT / "examples" / "dqn_cartpole.py").read_bytes())
         .hexdigest()[:10],
-        "run_overhead_us": run_overheads(1000 if quick else 5000),
+        "run_overhead_us": run_overheads(1000 if quick else 5000, device),
         "loadavg_before": [round(x, 2) for x in load_before],
         "loadavg_after": [round(x, 2) for x in os.getloadavg()],
     }

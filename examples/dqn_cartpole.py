@@ -4,6 +4,8 @@ Run: python examples/dqn_cartpole.py [--steps 40000] [--seed 0] [--plot bench/re
      python examples/dqn_cartpole.py --client     # the same algorithm driven from Python
      python examples/dqn_cartpole.py --stop-at-target   # stop once the average return
                                                         # over 20 episodes reaches 150
+     python examples/dqn_cartpole.py --device /gpu:0    # the networks, the replay buffer
+                                                        # and the update on a GPU
 Needs: pip install -e '.[rl]' (gymnasium); matplotlib for --plot (pip install -e '.[plot]').
 
 Paper section 6.5 (Figure "Dynamic control flow in Deep Q-Networks"). One `sess.run(step)`
@@ -35,11 +37,19 @@ called outside the conds; Variables the learning branch uses are read outside it
 
 `python -m bench.dqn` times both agents (and the same two in TF1 where TensorFlow is
 installed); bench/NOTES.md, section dqn, has the figures and the learning results.
+
+Placement: by default everything runs on the embedded CPU device. With `--device /gpu:0`
+(`device=` of both agents) the networks, the replay buffer, the sampling and the update
+are placed on that GPU, as in the paper's section 6.5; the environment's py_func runs on
+the host either way. On a GPU the in-graph agent's one run lets the runtime queue a step's
+kernels while the host waits for none of them but the action, where the client waits for
+each of its runs to end.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib.util
 import itertools
@@ -197,14 +207,21 @@ class _Buffer:
 
 
 # ----------------------------------------------------------------------------- in-graph
-class InGraphAgent:
-    """Builds the one-run-per-step DQN graph into `graph` (a fresh one by default)."""
+def _placed(device: str | None) -> contextlib.AbstractContextManager:
+    """`dcf.device(device)`, or no scope for None (the embedded default device)."""
+    return dcf.device(device) if device else contextlib.nullcontext()
 
-    def __init__(self, env: CartPole, cfg: DQNConfig, graph: dcf.Graph | None = None) -> None:
+
+class InGraphAgent:
+    """Builds the one-run-per-step DQN graph into `graph` (a fresh one by default), placed
+    on `device` (None: the default device; the environment's py_func stays on the host)."""
+
+    def __init__(self, env: CartPole, cfg: DQNConfig, graph: dcf.Graph | None = None,
+                 device: str | None = None) -> None:
         self.env, self.cfg = env, cfg
         self.graph = graph or dcf.Graph()
         n_obs = int(np.asarray(env.obs).shape[0])
-        with self.graph.as_default():
+        with self.graph.as_default(), _placed(device):
             self.net = QNetwork(cfg, n_obs, 2, "online")
             self.target = QNetwork(cfg, n_obs, 2, "target")
             self.buffer = _Buffer(cfg, n_obs)
@@ -291,13 +308,15 @@ class InGraphAgent:
 # ----------------------------------------------------------------------------- client
 class ClientAgent:
     """The baseline: the same networks, buffer and update, but every decision in Python and
-    one `sess.run` per piece (act; env.step in Python; store; train; refresh)."""
+    one `sess.run` per piece (act; env.step in Python; store; train; refresh), placed on
+    `device` like the in-graph agent's."""
 
-    def __init__(self, env: CartPole, cfg: DQNConfig, graph: dcf.Graph | None = None) -> None:
+    def __init__(self, env: CartPole, cfg: DQNConfig, graph: dcf.Graph | None = None,
+                 device: str | None = None) -> None:
         self.env, self.cfg = env, cfg
         self.graph = graph or dcf.Graph()
         n_obs = int(np.asarray(env.obs).shape[0])
-        with self.graph.as_default():
+        with self.graph.as_default(), _placed(device):
             self.net = net = QNetwork(cfg, n_obs, 2, "online")
             self.target = QNetwork(cfg, n_obs, 2, "target")
             self.buffer = buf = _Buffer(cfg, n_obs)
@@ -358,11 +377,12 @@ def moving_average(xs: list[float], k: int) -> np.ndarray:
 
 def train(steps: int, cfg: DQNConfig, *, client: bool = False, target: float = 150.0,
           window: int = 20, log_every: int = 2000, stop_at_target: bool = False,
-          quiet: bool = False) -> dict:
-    """Train for `steps` environment steps; returns returns, the step at which the average
-    return over `window` episodes first reached `target` (or None), and the rate."""
+          quiet: bool = False, device: str | None = None) -> dict:
+    """Train for `steps` environment steps on `device` (None: the default device); returns
+    returns, the step at which the average return over `window` episodes first reached
+    `target` (or None), and the rate."""
     env = CartPole(cfg.seed)
-    agent = (ClientAgent if client else InGraphAgent)(env, cfg)
+    agent = (ClientAgent if client else InGraphAgent)(env, cfg, device=device)
     reached = None
     t0 = time.perf_counter()
     done = 0
@@ -441,6 +461,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--plot", metavar="PNG", default=None, help="save the learning curve")
     p.add_argument("--stop-at-target", action="store_true",
                    help="stop once the average return over 20 episodes reaches 150")
+    p.add_argument("--device", default=None, metavar="DEVICE",
+                   help="place the agent's graph there, e.g. /gpu:0 (default: the CPU)")
     args = p.parse_args(argv)
     if importlib.util.find_spec("gymnasium") is None:
         p.error("CartPole needs gymnasium: pip install -e '.[rl]'")
@@ -448,9 +470,10 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--plot needs matplotlib: pip install -e '.[plot]'")
     cfg = DQNConfig(seed=args.seed)
     kind = "client-driven" if args.client else "in-graph"
-    print(f"{kind} DQN on CartPole-v1, seed {args.seed}, up to {args.steps} steps; "
-          f"{dataclasses.asdict(cfg)}")
-    res = train(args.steps, cfg, client=args.client, stop_at_target=args.stop_at_target)
+    print(f"{kind} DQN on CartPole-v1 on {args.device or 'the CPU'}, seed {args.seed}, up "
+          f"to {args.steps} steps; {dataclasses.asdict(cfg)}")
+    res = train(args.steps, cfg, client=args.client, stop_at_target=args.stop_at_target,
+                device=args.device)
     if res["reached_at"] is not None:
         print(f"average return over 20 episodes reached 150 at environment step "
               f"{res['reached_at']} (best average {res['best_avg']:.1f}); "

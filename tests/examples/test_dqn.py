@@ -96,3 +96,35 @@ def test_main_summary_before_20_episodes_end_prints_no_none(dqn, capsys):
     assert dqn.main(["--steps", "50"]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert "did not reach 150 in 50 steps" in last and "None" not in last, last
+
+
+def test_bench_dqn_on_a_gpu_is_skipped_cleanly_without_one(capsys, monkeypatch, tmp_path):
+    sys.path.insert(0, str(ROOT))
+    try:
+        from bench import dqn as bench_dqn
+        from bench import gpu_common
+    finally:
+        sys.path.remove(str(ROOT))
+    monkeypatch.setattr(gpu_common, "gpu_count", lambda: 0)     # as on a CPU-only machine
+    out = tmp_path / "dqn.json"
+    with pytest.raises(SystemExit) as ei:
+        bench_dqn.main(["--quick", "--device", "/gpu:0", "--out", str(out)])
+    assert ei.value.code == 0
+    assert "skipped: no GPU visible" in capsys.readouterr().out
+    assert json.loads(out.read_text())["config"]["skipped"].startswith("no GPU visible")
+
+
+def test_agents_placed_on_the_cpu_by_name_run_the_default_placement(dqn):
+    cfg = dqn.DQNConfig(**TINY)
+    runs = []
+    for device in (None, "/cpu:0"):
+        env = dqn.CartPole(cfg.seed)
+        agent = dqn.InGraphAgent(env, cfg, device=device)
+        try:
+            agent.run_steps(20)
+            runs.append((agent.sess.run(agent.net.var), list(agent.losses)))
+        finally:
+            agent.close()
+            env.close()
+    np.testing.assert_array_equal(runs[0][0], runs[1][0])
+    assert runs[0][1] == runs[1][1] and len(runs[0][1]) == 11
