@@ -288,12 +288,24 @@ class Saver:
             raise ValueError("Saver.restore: save_path is None (no checkpoint to restore; "
                              "latest_checkpoint returns None where a directory has none)")
         path = _npz_path(save_path)
+        if inspect.iscoroutinefunction(getattr(sess, "run", None)):    # an AsyncSession's
+            return self._restore_when_read(sess, path)
+        return sess.run(self._restore, self._restore_feed(path))
+
+    async def _restore_when_read(self, sess: Any, path: str) -> Any:
+        # (the file is read and checked on a worker thread, as save writes it: the
+        # service's event loop goes on meanwhile)
+        return await sess.run(self._restore,
+                              await asyncio.to_thread(self._restore_feed, path))
+
+    def _restore_feed(self, path: str) -> dict:
+        """The restore op's feeds: checkpoint `path`'s values, each checked to fit."""
         values = _read_checkpoint(path, self._keys)
         feed = {}
         for k, v, p in zip(self._keys, self.var_list, self._feeds):
             _check_restorable(v, values[k], path)
             feed[p] = values[k]
-        return sess.run(self._restore, feed)     # (an awaitable, from an AsyncSession)
+        return feed
 
 
 _INDEX = "checkpoint.json"
