@@ -419,10 +419,13 @@ def _read_checkpoint(path: str, keys: list[str]) -> dict[str, np.ndarray]:
         if not isinstance(data, np.lib.npyio.NpzFile):
             raise ValueError("it holds one array, not a .npz of named arrays")
         with data:
-            missing = [k for k in keys if k not in data.files]
+            # by member name: NpzFile's own lookup takes "x.npy" for the member of "x"
+            # where there is one (a variable named "x.npy" got x's value)
+            members = set(data.zip.namelist())
+            missing = [k for k in keys if k + ".npy" not in members]
             if missing:
                 raise KeyError(f"checkpoint {path} has no values for {missing}")
-            return {k: data[k] for k in keys}
+            return {k: data[k + ".npy"] for k in keys}
     except (ValueError, EOFError, zipfile.BadZipFile) as e:
         why = f"{type(e).__name__}: {e}"
         if "allow_pickle=" in why and "Object arrays" not in why:

@@ -6,6 +6,7 @@ import asyncio
 import threading
 
 import numpy as np
+import pytest
 
 import dcf
 from dcf import train
@@ -39,3 +40,25 @@ def test_an_async_restore_reads_the_checkpoint_off_the_event_loop(tmp_path, monk
 
     np.testing.assert_array_equal(asyncio.run(main()), np.arange(4.0))
     assert len(read_in) == 1 and read_in[0] is not threading.main_thread()
+
+
+def test_a_variable_named_like_a_member_file_restores_its_own_value(tmp_path):
+    # a checkpoint stores variable "x" as the member "x.npy" and "x.npy" as
+    # "x.npy.npy"; numpy's NpzFile looks a key up as a member name first, so the
+    # restore gave the variable "x.npy" the value of "x", silently
+    x = dcf.Variable(np.float32(1.0), name="x")
+    x_npy = dcf.Variable(np.float32(2.0), name="x.npy")
+    saver = dcf.train.Saver()
+    with dcf.Session() as sess:
+        sess.run(dcf.global_variables_initializer())
+        path = saver.save(sess, str(tmp_path / "model"))
+        sess.run([x.assign(0.0), x_npy.assign(0.0)])
+        saver.restore(sess, path)
+        assert sess.run([x, x_npy]) == [1.0, 2.0]
+    # and a checkpoint that holds only "x" has no value for "x.npy"
+    only_x = dcf.train.Saver([x]).save
+    with dcf.Session() as sess:
+        sess.run(x.initializer)
+        path = only_x(sess, str(tmp_path / "only_x"))
+        with pytest.raises(KeyError, match=r"no values for \['x.npy'\]"):
+            dcf.train.Saver({"x.npy": x_npy}).restore(sess, path)
