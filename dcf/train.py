@@ -227,7 +227,9 @@ class Saver:
                                  f"'{first[v]}' and as '{k}'; give each variable one name")
             first[v] = k
         g = self.var_list[0].graph
-        with g.as_default(), g.name_scope("save"):
+        # (outside any cond or loop body and any control_dependencies the Saver is made
+        # in: a save must not run the training step it was built next to)
+        with g.as_default(), g._control_flow_context(None), g.name_scope("save"):
             self._reads = [v.read_value() for v in self.var_list]
             self._feeds = [placeholder(v.dtype, v.shape) for v in self.var_list]
             self._restore = group(*[v.assign(p) for v, p in zip(self.var_list, self._feeds)],

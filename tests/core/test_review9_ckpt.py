@@ -62,3 +62,30 @@ def test_a_variable_named_like_a_member_file_restores_its_own_value(tmp_path):
         path = only_x(sess, str(tmp_path / "only_x"))
         with pytest.raises(KeyError, match=r"no values for \['x.npy'\]"):
             dcf.train.Saver({"x.npy": x_npy}).restore(sess, path)
+
+
+def test_a_saver_made_under_control_dependencies_runs_none_of_them(tmp_path):
+    # a Saver made inside `control_dependencies([train_step])` (a model built in such a
+    # block) took the step as a control input of its reads and its restore: every save
+    # and every restore ran a training step. (TF1's does so too; a save that trains is
+    # no one's intent.) Made inside a while_loop body, its reads were in the loop's frame.
+    v = dcf.Variable(5.0, name="v")
+    steps = dcf.Variable(0.0, name="steps")
+    train_step = steps.assign_add(1.0)
+    with dcf.control_dependencies([train_step]):
+        saver = dcf.train.Saver([v])
+
+    def body(i):
+        body_saver.append(dcf.train.Saver([steps]))
+        return i + 1
+
+    body_saver = []
+    dcf.while_loop(lambda i: i < 2, body, [dcf.constant(0)])
+    with dcf.Session() as sess:
+        sess.run(dcf.global_variables_initializer())
+        path = saver.save(sess, str(tmp_path / "model"))
+        saver.restore(sess, path)
+        assert sess.run([v, steps]) == [5.0, 0.0]
+        path = body_saver[0].save(sess, str(tmp_path / "steps"))
+        body_saver[0].restore(sess, path)
+        assert sess.run(steps) == 0.0
