@@ -88,17 +88,23 @@ def _shape_error(handle, what: str, got: tuple, want: Any) -> InvalidArgumentErr
         f"{list(got)} (a variable keeps the shape it was created with)")
 
 
+# An assign takes the variable's lock too (as TF's AssignVariableOp does): else one
+# that lands while an update holds the lock (between its read of the old value and its
+# store of the new one) is overwritten by that store, and is lost -- a restore, or a
+# reset, run alongside another thread's training steps.
 def _assign_kernel(xp, handle, value, *, dtype, shape=None):
     if shape is not None and not _fits(_shape_of(value), shape):
         raise _shape_error(handle, "assign to", _shape_of(value), shape)
-    handle.value = value
+    with handle.lock:
+        handle.value = value
     return value
 
 
 def _bind_assign(xp, *, dtype, shape=None):
     if shape is None:
         def assign(handle, value):
-            handle.value = value
+            with handle.lock:
+                handle.value = value
             return value
     elif None not in shape:
         want = tuple(shape)
@@ -109,13 +115,15 @@ def _bind_assign(xp, *, dtype, shape=None):
                 got = _shape_of(value)
                 if got != want:
                     raise _shape_error(handle, "assign to", got, want)
-            handle.value = value
+            with handle.lock:
+                handle.value = value
             return value
     else:
         def assign(handle, value):
             if not _fits(_shape_of(value), shape):
                 raise _shape_error(handle, "assign to", _shape_of(value), shape)
-            handle.value = value
+            with handle.lock:
+                handle.value = value
             return value
     return assign
 

@@ -89,3 +89,39 @@ def test_a_saver_made_under_control_dependencies_runs_none_of_them(tmp_path):
         path = body_saver[0].save(sess, str(tmp_path / "steps"))
         body_saver[0].restore(sess, path)
         assert sess.run(steps) == 0.0
+
+
+def test_an_assign_alongside_another_threads_update_is_not_lost(monkeypatch):
+    # assign_add holds the variable's lock from its read of the old value to its store
+    # of the new one, but assign took no lock: an assign (a restore, a reset) that landed
+    # in between was overwritten by the update's store, and lost -- 17 of 30 restores
+    # run alongside a thread's assign_add steps were (TF's AssignVariableOp takes the
+    # lock: none is lost there). Here the update is held at that point.
+    from dcf.ops import state_ops
+
+    v = dcf.Variable(np.zeros(3), name="v")
+    step = v.assign_add(np.ones(3))
+    value = dcf.placeholder(dcf.float64, [3])
+    reset = v.assign(value)
+    in_update, go_on = threading.Event(), threading.Event()
+    updated = state_ops._updated
+
+    def held(handle, new, old, what):
+        in_update.set()
+        go_on.wait(10.0)
+        return updated(handle, new, old, what)
+
+    monkeypatch.setattr(state_ops, "_updated", held)
+    with dcf.Session() as sess:
+        sess.run(v.initializer)
+        stepping = threading.Thread(target=sess.run, args=(step,))
+        stepping.start()
+        assert in_update.wait(10.0)
+        resetting = threading.Thread(target=sess.run, args=(reset, {value: np.full(3, 7.0)}))
+        resetting.start()
+        resetting.join(0.2)         # (it waits for the update's lock, where it takes it)
+        go_on.set()
+        stepping.join(10.0)
+        resetting.join(10.0)
+        # the update, then the assign: the assign's value stays
+        np.testing.assert_array_equal(sess.run(v), [7.0, 7.0, 7.0])
