@@ -430,18 +430,19 @@ class AsyncSession:
         """One step over this process's partitions (or its fused plan)."""
         step = next(_step_ids)
         coros = []
+        ends: list[float] = []      # when each partition's step ended (a run with timeout_s)
         parts = rp.parts if rp.fused is None or options.trace else [rp.fused]
         for dev, plan, feed_idx, _ in parts:
-            coros.append(self._actors[dev].run_step(
+            coros.append(_noting_end(self._actors[dev].run_step(
                 plan, [feed_values[k] for k in feed_idx], step, self._rendezvous,
-                trace=options.trace, compiled=self.config.compile_frames))
+                trace=options.trace, compiled=self.config.compile_frames), ends, options))
         try:
             if not coros:
                 exs = []                # nothing to compute: fed tensors, or no fetch at all
             elif len(coros) == 1:
-                exs = [await _within(coros[0], options)]
+                exs = [await _within(coros[0], options, ends)]
             else:
-                exs = await _within(_gather_fail_fast(coros), options)
+                exs = await _within(_gather_fail_fast(coros), options, ends)
         except asyncio.TimeoutError:
             self._rendezvous.abort_step(step, DeadlineExceededError("deadline"))
             raise _late(options) from None
@@ -578,13 +579,14 @@ class AsyncSession:
         step = client.new_step()
         st = client.start_step(step, rp.remote, feed_values, self._rendezvous, options.trace,
                                feed_tensors)
-        coros = [self._actors[dev].run_step(
+        ends: list[float] = []
+        coros = [_noting_end(self._actors[dev].run_step(
             plan, [feed_values[k] for k in feed_idx], step, self._rendezvous,
-            trace=options.trace, compiled=self.config.compile_frames)
+            trace=options.trace, compiled=self.config.compile_frames), ends, options)
             for dev, plan, feed_idx, _ in rp.parts]
-        coros.append(st.wait())
+        coros.append(_noting_end(st.wait(), ends, options))
         try:
-            exs = await _within(_gather_fail_fast(coros), options)
+            exs = await _within(_gather_fail_fast(coros), options, ends)
         except asyncio.TimeoutError:
             client.abort_step(step)
             self._rendezvous.abort_step(step, DeadlineExceededError("deadline"))
@@ -1090,17 +1092,33 @@ def _deadline(options: RunOptions) -> float | None:
     return None if options.timeout_s is None else time.monotonic() + options.timeout_s
 
 
-async def _within(aw: Any, options: RunOptions) -> Any:
-    """`await aw` within options.timeout_s: asyncio.TimeoutError past it, also where `aw`
-    ended late (a kernel held the loop past the deadline, and wait_for saw the time only
-    when it got the loop back)."""
+async def _within(aw: Any, options: RunOptions, ends: list[float]) -> Any:
+    """`await aw` within options.timeout_s: asyncio.TimeoutError past it, also where a
+    step of the run ended late (a kernel held the loop past the deadline, and wait_for saw
+    the time only when it got the loop back). `ends`: when each step ended (_noting_end),
+    not when this task got the loop back: a run whose steps all ended in time is not late
+    because other runs' bursts came before its task's turn (its result -- an element it
+    dequeued -- would be lost to its caller)."""
     if options.timeout_s is None:
         return await aw
     deadline = _deadline(options)
     result = await asyncio.wait_for(aw, options.timeout_s)
-    if time.monotonic() > deadline:
+    if max(ends) > deadline:
         raise asyncio.TimeoutError
     return result
+
+
+def _noting_end(coro: Any, ends: list[float], options: RunOptions) -> Any:
+    """`coro`, noting in `ends` when it ends (only for a run with a timeout_s)."""
+    if options.timeout_s is None:
+        return coro
+
+    async def noted() -> Any:
+        result = await coro
+        ends.append(time.monotonic())
+        return result
+
+    return noted()
 
 
 def _late(options: RunOptions) -> DeadlineExceededError:

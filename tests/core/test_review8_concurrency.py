@@ -39,3 +39,37 @@ def test_steps_of_several_threads_end_on_one_rendezvous():
     with _threads_switching_often():
         _in_threads(3, steps, timeout=60)       # (asserts no thread failed)
     assert rv.pending() == 0
+
+
+@pytest.mark.timeout(60)
+def test_a_timed_run_whose_steps_ended_in_time_keeps_its_dequeued_element():
+    # A consumer polling a queue with RunOptions(timeout_s=...) under load: its steps
+    # ended in time, but its task got the loop back only after the deadline (other runs'
+    # bursts came first: here a callback that holds the loop). The run was reported as
+    # DeadlineExceededError all the same, and the element it had dequeued was lost (16
+    # threads polling: 88 of 190 elements).
+    import asyncio
+    import time
+
+    import dcf
+
+    hold = []
+
+    def hold_the_loop(v):
+        if hold:    # (the loop is held after this step's last op, before its task resumes)
+            asyncio.get_running_loop().call_soon(time.sleep, 2.0)
+        return v
+
+    q = dcf.FIFOQueue(10, dcf.float64, shapes=[[]])
+    with dcf.device("/cpu:1"):      # (two partitions: their steps end in tasks of their own)
+        got = dcf.py_func(hold_the_loop, [q.dequeue()], dcf.float64)
+
+    async def main():
+        async with dcf.AsyncSession() as sess:
+            await sess.run(q.enqueue_many([[1.0, 7.0]]))
+            assert await sess.run(got, options=dcf.RunOptions(timeout_s=60)) == 1.0
+            hold.append(True)
+            value = await sess.run(got, options=dcf.RunOptions(timeout_s=1.0))
+            return value, await sess.run(q.size())
+
+    assert asyncio.run(main()) == (7.0, 0)
