@@ -431,18 +431,20 @@ class AsyncSession:
         step = next(_step_ids)
         coros = []
         ends: list[float] = []      # when each partition's step ended (a run with timeout_s)
+        deadline = _deadline(options)
         parts = rp.parts if rp.fused is None or options.trace else [rp.fused]
         for dev, plan, feed_idx, _ in parts:
             coros.append(_noting_end(self._actors[dev].run_step(
                 plan, [feed_values[k] for k in feed_idx], step, self._rendezvous,
-                trace=options.trace, compiled=self.config.compile_frames), ends, options))
+                trace=options.trace, compiled=self.config.compile_frames, deadline=deadline),
+                ends, options))
         try:
             if not coros:
                 exs = []                # nothing to compute: fed tensors, or no fetch at all
             elif len(coros) == 1:
-                exs = [await _within(coros[0], options, ends)]
+                exs = [await _within(coros[0], options, deadline, ends)]
             else:
-                exs = await _within(_gather_fail_fast(coros), options, ends)
+                exs = await _within(_gather_fail_fast(coros), options, deadline, ends)
         except asyncio.TimeoutError:
             self._rendezvous.abort_step(step, DeadlineExceededError("deadline"))
             raise _late(options) from None
@@ -580,13 +582,14 @@ class AsyncSession:
         st = client.start_step(step, rp.remote, feed_values, self._rendezvous, options.trace,
                                feed_tensors)
         ends: list[float] = []
+        deadline = _deadline(options)
         coros = [_noting_end(self._actors[dev].run_step(
             plan, [feed_values[k] for k in feed_idx], step, self._rendezvous,
-            trace=options.trace, compiled=self.config.compile_frames), ends, options)
-            for dev, plan, feed_idx, _ in rp.parts]
+            trace=options.trace, compiled=self.config.compile_frames, deadline=deadline),
+            ends, options) for dev, plan, feed_idx, _ in rp.parts]
         coros.append(_noting_end(st.wait(), ends, options))
         try:
-            exs = await _within(_gather_fail_fast(coros), options, ends)
+            exs = await _within(_gather_fail_fast(coros), options, deadline, ends)
         except asyncio.TimeoutError:
             client.abort_step(step)
             self._rendezvous.abort_step(step, DeadlineExceededError("deadline"))
@@ -1092,16 +1095,17 @@ def _deadline(options: RunOptions) -> float | None:
     return None if options.timeout_s is None else time.monotonic() + options.timeout_s
 
 
-async def _within(aw: Any, options: RunOptions, ends: list[float]) -> Any:
-    """`await aw` within options.timeout_s: asyncio.TimeoutError past it, also where a
-    step of the run ended late (a kernel held the loop past the deadline, and wait_for saw
-    the time only when it got the loop back). `ends`: when each step ended (_noting_end),
-    not when this task got the loop back: a run whose steps all ended in time is not late
-    because other runs' bursts came before its task's turn (its result -- an element it
-    dequeued -- would be lost to its caller)."""
-    if options.timeout_s is None:
+async def _within(aw: Any, options: RunOptions, deadline: float | None,
+                  ends: list[float]) -> Any:
+    """`await aw` within options.timeout_s (`deadline`, which its steps also stop at):
+    asyncio.TimeoutError past it, also where a step of the run ended late (a kernel held
+    the loop past the deadline, and wait_for saw the time only when it got the loop back).
+    `ends`: when each step ended (_noting_end), not when this task got the loop back: a
+    run whose steps all ended in time is not late because other runs' bursts came before
+    its task's turn (its result -- an element it dequeued -- would be lost to its
+    caller)."""
+    if deadline is None:
         return await aw
-    deadline = _deadline(options)
     result = await asyncio.wait_for(aw, options.timeout_s)
     if max(ends) > deadline:
         raise asyncio.TimeoutError

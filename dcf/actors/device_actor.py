@@ -46,12 +46,14 @@ class DeviceActor:
 
     async def run_step(self, plan: ExecPlan, feeds: list, step: Any, rendezvous: Any, *,
                        trace: bool = False, compiled: bool = True,
-                       scope: Any = None) -> Executor:
+                       scope: Any = None, deadline: float | None = None) -> Executor:
         """Run one step of `plan`; return the finished executor (results, trace).
-        `scope`: entered around each pump of the step (a GPU's TraceScope), else None."""
+        `scope`: entered around each pump of the step (a GPU's TraceScope), else None.
+        `deadline` (time.monotonic()): past it, no burst starts; the step raises
+        asyncio.TimeoutError instead."""
         ex = Executor(plan, trace=trace, step_id=step, compiled=compiled)
         run = _StepRun(ex, step, rendezvous, self._talks_remote(plan), scope)
-        return await run.run(feeds)
+        return await run.run(feeds, deadline)
 
     def _talks_remote(self, plan: ExecPlan) -> bool:
         key = id(plan)
@@ -88,7 +90,7 @@ class _StepRun:
         self.burst = _BURST_FIRST                     # nodes per burst (local partitions)
 
     # ------------------------------------------------------------------ loop
-    async def run(self, feeds: list) -> Executor:
+    async def run(self, feeds: list, deadline: float | None = None) -> Executor:
         ex = self.ex
         ex.start(feeds)
         last_yield = time.perf_counter()
@@ -96,6 +98,10 @@ class _StepRun:
             while True:
                 if self.failed is not None:
                     raise self.failed
+                if deadline is not None and time.monotonic() > deadline:
+                    # (the loop came back late, before the run's timeout cancelled it:
+                    # no kernel starts now, such as a woken dequeue taking its element)
+                    raise asyncio.TimeoutError
                 self.pump(_YIELD_EVERY_S)
                 if ex.done:
                     if self.held_n:
