@@ -418,8 +418,19 @@ def _var_handle_infer(*, var_name, dtype, shape):
     return _RESOURCE
 
 
-def _value_infer(handle: TensorType, *rest: TensorType, dtype, **_: Any) -> TensorType:
-    return TensorType(dtype, rest[0].shape if rest else None)
+def _assign_infer(handle: TensorType, value: TensorType, *, dtype, shape=None) -> TensorType:
+    """An assign returns the value it stores: its shape, with the variable's dimensions
+    where the value's are unknown (the kernel refuses a value that does not fit)."""
+    got = value.shape
+    if got is None or shape is None:
+        return TensorType(dtype, shape if got is None else got)
+    return TensorType(dtype, tuple(w if g is None else g for g, w in zip(got, shape)))
+
+
+def _update_infer(handle: TensorType, delta: TensorType, *, dtype, shape=None) -> TensorType:
+    """AssignAdd/AssignSub return the variable's new value, of the variable's shape,
+    whatever the shape of the delta that broadcast into it (a scalar)."""
+    return TensorType(dtype, shape)
 
 
 register(OpDef("VarHandleOp", infer=_var_handle_infer, kernel=_handle_kernel, resource=True,
@@ -428,10 +439,10 @@ register(OpDef("ReadVariableOp", infer=lambda h, *, dtype, shape: TensorType(dty
                kernel=_read_kernel, stateful=True))
 register(OpDef("VarIsInitializedOp", infer=lambda h: TensorType(dtypes.bool_, ()),
                kernel=_is_initialized_kernel, stateful=True))
-register(OpDef("AssignVariableOp", infer=_value_infer, kernel=_assign_kernel, stateful=True))
-register(OpDef("AssignAddVariableOp", infer=_value_infer, kernel=_assign_add_kernel,
+register(OpDef("AssignVariableOp", infer=_assign_infer, kernel=_assign_kernel, stateful=True))
+register(OpDef("AssignAddVariableOp", infer=_update_infer, kernel=_assign_add_kernel,
                stateful=True))
-register(OpDef("AssignSubVariableOp", infer=_value_infer, kernel=_assign_sub_kernel,
+register(OpDef("AssignSubVariableOp", infer=_update_infer, kernel=_assign_sub_kernel,
                stateful=True))
 register(OpDef("ResourceScatter", infer=lambda h, i, u, *, dtype, mode, shape:
                TensorType(dtype, shape), kernel=_scatter_update_kernel, stateful=True))
