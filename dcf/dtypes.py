@@ -28,6 +28,18 @@ class DType:
     def is_bool(self) -> bool:
         return self.np.kind == "b"
 
+    def __eq__(self, other: Any) -> bool:
+        # as TF's: a dtype equals what names it (np.float32, np.dtype("int64"), "bool");
+        # anything that names no dtype is unequal, not an error
+        if isinstance(other, DType) or other is None:
+            return self is other
+        try:
+            return self is as_dtype(other)
+        except (TypeError, ValueError):
+            return False
+
+    __hash__ = object.__hash__      # (one object per dtype: as_dtype returns it)
+
     def __repr__(self) -> str:
         return f"dcf.{self.name}"
 

@@ -32,3 +32,16 @@ def test_an_update_has_the_static_shape_of_the_variable_it_updates():
         np.testing.assert_array_equal(s.run(down), [[1.0, 1.0]])
         np.testing.assert_array_equal(s.run(r), [[3.0, 3.0]])
         np.testing.assert_array_equal(s.run(u.assign_add(1.0)), [2.0, 2.0, 2.0])
+
+
+def test_a_dtype_equals_the_numpy_type_or_name_that_names_it():
+    # API.md: numpy dtypes are accepted; as TF1's tf.float32 == np.float32, a TF1 check
+    # `if x.dtype == np.float32:` must not silently take the other branch
+    x = dcf.placeholder(dcf.float32, [2])
+    assert x.dtype == np.float32 and x.dtype == np.dtype("float32") and x.dtype == "float32"
+    assert np.dtype("float32") == x.dtype and not (x.dtype != np.float32)
+    assert dcf.constant([1, 2]).dtype == np.int32 and dcf.constant(True).dtype == np.bool_
+    assert x.dtype != np.float64 and x.dtype != dcf.float64 and x.dtype != "int32"
+    # what names no dtype is unequal, not an error (None would be np.dtype's float64)
+    assert dcf.float64 != None and dcf.float32 != 5 and dcf.float32 != "nope"  # noqa: E711
+    assert {dcf.float32: 1}[dcf.as_dtype(np.float32)] == 1
