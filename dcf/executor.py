@@ -392,7 +392,12 @@ class Executor:
     # --------------------------------------------------------- async edges
     def deliver_recv(self, node: NodeInfo, ist: IterState, value: Any) -> None:
         """A Recv's value (or DEAD) arrived from the rendezvous."""
-        self._propagate(node, (value,), ist, value is DEAD)
+        if self.trace_on:       # (it fires now, outside `run`: traced here)
+            t0 = self.clock()
+            self._propagate(node, (value,), ist, value is DEAD)
+            self._trace(node, ist, t0)
+        else:
+            self._propagate(node, (value,), ist, value is DEAD)
         self._done_node(node, ist)
 
     def resume(self, node: Any, ist: IterState) -> None:
