@@ -82,9 +82,11 @@ class RunMetadata:
     step_stats: dict = field(default_factory=dict)
 
     def _begin(self) -> None:
-        """(a run given this starts: what an earlier run left goes)"""
-        self.trace.clear()
-        self.step_stats.clear()
+        """(a run given this starts: what an earlier run left goes -- new containers,
+        so that a reference the caller kept to an earlier run's `trace` or `step_stats`
+        still holds that run's, as a kept TF step_stats does)"""
+        self.trace = []
+        self.step_stats = {}
 
     def write_trace(self, path: str) -> None:
         """Write the timeline as Chrome/Perfetto trace JSON."""

@@ -44,3 +44,37 @@ def test_a_trace_holds_each_recv_that_received_a_value():
         assert r[2] == "_Recv" and r[5] <= r[6]
         assert sends[key][5] <= r[6]                # (received after it was sent)
     assert len(md.trace) == md.step_stats["nodes_fired"]
+
+
+def test_a_kept_trace_of_an_earlier_run_is_not_overwritten_by_the_next_run():
+    """A RunMetadata given to a run holds that run's timeline only, but a reference kept
+    to an earlier run's `trace` (or `step_stats`) -- `traces.append(md.trace)` in a
+    training loop -- still holds that run's: tf.compat.v1 checked, a kept
+    `md.step_stats` keeps the first run's 13 node stats after md is reused for a run of
+    6. Here the run cleared and refilled the same list, so every kept trace was the
+    last run's."""
+    x = dcf.placeholder(dcf.float32, (3,), name="x")
+    big = dcf.reduce_sum(dcf.tanh(x) + dcf.sin(x), name="big")
+    small = dcf.multiply(x, 2.0, name="small")
+    md = dcf.RunMetadata()
+    kept = []
+    with dcf.Session() as sess:
+        for fetch in (big, small, big):
+            sess.run(fetch, {x: np.ones(3, np.float32)}, options=dcf.RunOptions(trace=True),
+                     run_metadata=md)
+            kept.append((md.trace, md.step_stats))
+        failed = dcf.RunMetadata()
+        sess.run(small, {x: np.ones(3, np.float32)}, options=dcf.RunOptions(trace=True),
+                 run_metadata=failed)
+        events = failed.trace
+        try:
+            sess.run(small, {x: np.ones(2, np.float32)}, options=dcf.RunOptions(trace=True),
+                     run_metadata=failed)
+        except dcf.errors.InvalidArgumentError:
+            pass
+    names = [{e[1] for e in trace} for trace, _ in kept]
+    assert "big" in names[0] and "big" in names[2]
+    assert "small" in names[1] and "big" not in names[1]
+    assert [stats["nodes_fired"] for _, stats in kept] == [len(t) for t, _ in kept]
+    assert kept[0][0] is not kept[1][0] and md.trace is kept[2][0]
+    assert failed.trace == [] and events and "small" in {e[1] for e in events}
