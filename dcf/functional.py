@@ -16,6 +16,9 @@ __all__ = ["map_fn", "foldl", "foldr", "scan"]
 
 
 def _leading_dim(xs: list[Tensor], what: str) -> Any:
+    if not xs:      # (as TF's map_fn: nothing to take the number of elements from)
+        raise ValueError(f"{what}: elems must be a tensor or a nested structure with at "
+                         "least one tensor, got one with none")
     dims = [x.shape[0] for x in xs if x.shape is not None and len(x.shape) > 0]
     if any(x.shape is not None and len(x.shape) == 0 for x in xs):
         raise ValueError(f"{what}: elems must have a leading dimension to iterate over")
