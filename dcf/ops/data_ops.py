@@ -263,7 +263,10 @@ class TensorArrayStore:
         start = 0
         for i, n in enumerate(lens):
             n = int(n)
-            part = value[start] if scalar and n == 1 else value[start:start + n]
+            # (with infer_shape=False each index has its own shape: a gradient array
+            # gives a scalar element's row back as a scalar)
+            part = value[start] if n == 1 and (scalar or self.shapes.get(i) == ()) else \
+                value[start:start + n]
             self.write(i, part, accumulate)
             start += n
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import dcf
@@ -21,3 +22,19 @@ def test_elems_with_no_tensor_is_a_value_error_naming_the_function(call, elems):
     with pytest.raises(ValueError, match=r"(map_fn|scan|foldl|foldr): elems must be a "
                                          r"tensor or a nested structure"):
         call(elems)
+
+
+def test_concat_gradient_gives_a_scalar_element_of_a_ragged_array_a_scalar(compiled, run_graph):
+    # concat joins a scalar element as one row; with infer_shape=False the elements may
+    # differ, and the gradient of a scalar one came back as a [1] row (the slice's
+    # gradient then failed: "setting an array element with a sequence")
+    x = dcf.placeholder(dcf.float64, [3])
+    ta = dcf.TensorArray(dcf.float64, size=3, infer_shape=False)
+    ta = ta.write(0, x[0]).write(1, x[1:] * 2.0).write(2, dcf.sin(x[2]))
+    (g,) = dcf.gradients(dcf.reduce_sum(ta.concat() ** 3), [x])
+    xv = np.array([0.3, -1.2, 2.0])
+    got = run_graph(g, {x: xv}, config=compiled)
+    # d/dx of x0^3 + (2 x1)^3 + (2 x2)^3 + sin(x2)^3, x2 counted twice
+    want = np.array([3 * xv[0] ** 2, 24 * xv[1] ** 2,
+                     24 * xv[2] ** 2 + 3 * np.sin(xv[2]) ** 2 * np.cos(xv[2])])
+    np.testing.assert_allclose(got, want, rtol=1e-12)
