@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 from dcf import dtypes, nest
 from dcf.control_flow import while_loop
-from dcf.graph import Operation, Tensor
+from dcf.graph import Operation, Tensor, shape_str
 from dcf.ops.registry import apply, convert_to_tensor, graph_of
 from dcf.tensor_array import TensorArray
 
@@ -218,6 +218,7 @@ def scan(fn: Callable[..., Any], elems: Any, initializer: Any = None,
             x = nest.pack_sequence_as(elems, [ta.read(idx) for ta in elem_tas])
             new = fn(acc, x)
             new_flat = _fn_outputs(new, "scan")
+            _check_like_accumulator(new_flat, init_flat, infer_shape)
             return i + 1, new, [o.write(idx, t) for o, t in zip(outs, new_flat)]
 
         _, _, outs = while_loop(lambda i, *_: i < n, body,
@@ -225,3 +226,21 @@ def scan(fn: Callable[..., Any], elems: Any, initializer: Any = None,
                                 parallel_iterations=parallel_iterations, back_prop=back_prop,
                                 swap_memory=swap_memory)
         return nest.pack_sequence_as(init, [o.stack() for o in outs])
+
+
+def _check_like_accumulator(new_flat: list[Tensor], init_flat: list[Tensor],
+                            infer_shape: bool) -> None:
+    """fn's outputs against the accumulator's dtypes (and, with infer_shape, static
+    shapes), naming scan: the first write of a wrong one named only the internal
+    'scan/result' TensorArray (a structure that differs is while_loop's error)."""
+    for k, (t, a) in enumerate(zip(new_flat, init_flat)):
+        if t.dtype is not a.dtype:
+            raise TypeError(f"scan: fn returned {t.dtype} at output[{k}] where the "
+                            f"accumulator (initializer, else elems) is {a.dtype}")
+        ts, as_ = t.shape, a.shape
+        if infer_shape and ts is not None and as_ is not None and (
+                len(ts) != len(as_) or any(d is not None and e is not None and d != e
+                                           for d, e in zip(ts, as_))):
+            raise ValueError(f"scan: fn returned shape {shape_str(ts)} at output[{k}] "
+                             f"where the accumulator (initializer, else elems) has shape "
+                             f"{shape_str(as_)}")

@@ -38,3 +38,24 @@ def test_concat_gradient_gives_a_scalar_element_of_a_ragged_array_a_scalar(compi
     want = np.array([3 * xv[0] ** 2, 24 * xv[1] ** 2,
                      24 * xv[2] ** 2 + 3 * np.sin(xv[2]) ** 2 * np.cos(xv[2])])
     np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_scan_fn_output_of_another_dtype_than_the_accumulator_names_scan():
+    # TF1 fails at run time; here the error named only the internal TensorArray
+    # 'scan/result' and a tensor 'scan/while/Identity:0' as the index
+    with pytest.raises(TypeError, match=r"scan: fn returned float32 at output\[1\] where the "
+                                        r"accumulator .* is int32"):
+        dcf.scan(lambda a, x: (a[0] + x, x), dcf.constant([1.0, 2.0]),
+                 initializer=(dcf.constant(0.0), dcf.constant(0)))
+
+
+def test_scan_fn_output_of_another_shape_than_the_accumulator_names_scan():
+    # TF1: ValueError "Inconsistent shapes: saw (2,) but expected (1,)"
+    with pytest.raises(ValueError, match=r"scan: fn returned shape \[2\] at output\[0\] "
+                                         r"where the accumulator .* has shape \[1\]"):
+        dcf.scan(lambda a, x: dcf.concat([a, dcf.reshape(x, [1])], 0),
+                 dcf.constant([1.0, 2.0]), initializer=dcf.constant([0.0]))
+    # a more specific output than an accumulator of unknown length is fine (as TF1)
+    out = dcf.scan(lambda a, x: a + x, dcf.ones([2, 3]),
+                   initializer=dcf.placeholder(dcf.float32, [None]))
+    assert out.shape == (2, 3)
