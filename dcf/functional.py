@@ -129,10 +129,11 @@ def _map_inferred(g: Any, fn: Callable[..., Any], elems: Any, flat: list, n: Any
 
 def _fn_outputs(out: Any, what: str, want: list | None = None) -> list[Tensor]:
     """The tensors of fn's output, with an error naming `what` for a leaf that is not one
-    (None, an op); a Python number becomes a tensor of its `want` dtype (as TF's write)."""
+    (None, an op, a TensorArray); a Python number becomes a tensor of its `want` dtype
+    (as TF's write)."""
     ys = []
     for k, y in enumerate(nest.flatten(out)):
-        if y is None or isinstance(y, Operation):
+        if y is None or isinstance(y, (Operation, TensorArray)):
             raise TypeError(f"{what}: fn returned {'None' if y is None else repr(y)}"
                             f"{'' if not nest.is_nested(out) else f' at output[{k}]'}; it "
                             "must return a tensor or a nested structure of tensors")

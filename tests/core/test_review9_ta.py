@@ -59,3 +59,14 @@ def test_scan_fn_output_of_another_shape_than_the_accumulator_names_scan():
     out = dcf.scan(lambda a, x: a + x, dcf.ones([2, 3]),
                    initializer=dcf.placeholder(dcf.float32, [None]))
     assert out.shape == (2, 3)
+
+
+@pytest.mark.parametrize("call", [
+    lambda fn: dcf.map_fn(fn, dcf.ones([2, 3])),
+    lambda fn: dcf.map_fn(fn, dcf.ones([2, 3]), dtype=dcf.float32),
+])
+def test_map_fn_returning_a_tensor_array_names_map_fn(call):
+    # (TF1 refuses it too); the error named an internal Const 'map/while/Const'
+    with pytest.raises(TypeError, match=r"map_fn: fn returned <dcf.TensorArray .*it must "
+                                        r"return a tensor"):
+        call(lambda x: dcf.TensorArray(dcf.float32, size=1).write(0, x))
