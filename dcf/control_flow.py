@@ -542,6 +542,13 @@ def while_loop(cond: Callable[..., Any], body: Callable[..., Any], loop_vars: An
                     raise TypeError(f"while_loop '{fname}': loop var {k} is "
                                     f"{'a TensorArray' if _is_ta(leaf) else 'a tensor'} but body "
                                     f"returned {'a TensorArray' if _is_ta(x) else 'a tensor'}")
+                if _is_ta(x) and x.handle is not leaf.handle:
+                    # only the flow is carried: the loop's result would be the array that
+                    # entered (its elements, not the body's)
+                    raise ValueError(
+                        f"while_loop '{fname}': loop var {k} is TensorArray '{leaf.name}' but "
+                        f"body returned another TensorArray '{x.name}'; a loop carries a "
+                        "TensorArray only when the body returns the one it got (written to)")
                 results.append(ctx.capture(x.flow if _is_ta(x) else convert_to_tensor(x)))
             if counter:
                 from dcf.ops.math_ops import add

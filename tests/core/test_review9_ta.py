@@ -70,3 +70,28 @@ def test_map_fn_returning_a_tensor_array_names_map_fn(call):
     with pytest.raises(TypeError, match=r"map_fn: fn returned <dcf.TensorArray .*it must "
                                         r"return a tensor"):
         call(lambda x: dcf.TensorArray(dcf.float32, size=1).write(0, x))
+
+
+def test_while_body_returning_another_tensor_array_is_refused(compiled, run_graph):
+    # only the flow is carried, so the loop's result read the array that entered: a body
+    # making a new array each step gave [7.0] (the entering array's element) silently,
+    # one returning another array outside the loop a run-time "never written" on the
+    # entering one (TF1 raises at build time for the first, at run time for the second)
+    def fresh(i, ta):
+        return i + 1, dcf.TensorArray(dcf.float32, size=1).write(0, dcf.cast(i, dcf.float32))
+
+    start = dcf.TensorArray(dcf.float32, size=1).write(0, 7.0)
+    with pytest.raises(ValueError, match=r"while_loop 'while': loop var 1 is TensorArray "
+                                         r"'TensorArray' but body returned another "
+                                         r"TensorArray 'while/TensorArray'"):
+        dcf.while_loop(lambda i, _: i < 3, fresh, (dcf.constant(0), start))
+    other = dcf.TensorArray(dcf.float32, size=3, name="other")
+    with pytest.raises(ValueError, match=r"body returned another TensorArray 'other'"):
+        dcf.while_loop(lambda i, _: i < 3,
+                       lambda i, ta: (i + 1, other.write(i, dcf.cast(i, dcf.float32))),
+                       (dcf.constant(0), dcf.TensorArray(dcf.float32, size=3)))
+    # the array it got, written to (also through identity()), is carried as before
+    _, ta = dcf.while_loop(lambda i, _: i < 3,
+                           lambda i, ta: (i + 1, ta.identity().write(i, dcf.cast(i, dcf.float32))),
+                           (dcf.constant(0), dcf.TensorArray(dcf.float32, size=3)))
+    np.testing.assert_array_equal(run_graph(ta.stack(), config=compiled), [0.0, 1.0, 2.0])
