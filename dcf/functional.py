@@ -152,7 +152,9 @@ def _fold(fn: Callable[..., Any], elems: Any, initializer: Any, reverse: bool, w
         init = nest.pack_sequence_as(elems, [ta.read(first) for ta in elem_tas])
         start = 1
     else:
-        init = nest.map_structure(convert_to_tensor, initializer)
+        # (a TensorArray accumulator is a loop var as it is, as in TF's foldl/foldr)
+        init = nest.map_structure(
+            lambda t: t if isinstance(t, TensorArray) else convert_to_tensor(t), initializer)
         start = 0
     return flat, n, elem_tas, init, start
 
@@ -206,7 +208,11 @@ def scan(fn: Callable[..., Any], elems: Any, initializer: Any = None,
     with g.as_default(), g.name_scope(name or "scan"):
         flat, n, elem_tas, init, start = _fold(fn, elems, initializer, reverse, "scan",
                                                parallel_iterations, back_prop, swap_memory)
-        init_flat = [convert_to_tensor(t) for t in nest.flatten(init)]
+        init_flat = nest.flatten(init)
+        if any(isinstance(t, TensorArray) for t in init_flat):
+            raise TypeError("scan: initializer holds a TensorArray; scan stacks its "
+                            "accumulators, which must be tensors (as TF's; foldl and foldr "
+                            "take TensorArrays)")
         accs = [TensorArray(t.dtype, size=n, element_shape=t.shape if infer_shape else None,
                             infer_shape=infer_shape, name="result")
                 for t in init_flat]

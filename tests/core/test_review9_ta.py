@@ -95,3 +95,55 @@ def test_while_body_returning_another_tensor_array_is_refused(compiled, run_grap
                            lambda i, ta: (i + 1, ta.identity().write(i, dcf.cast(i, dcf.float32))),
                            (dcf.constant(0), dcf.TensorArray(dcf.float32, size=3)))
     np.testing.assert_array_equal(run_graph(ta.stack(), config=compiled), [0.0, 1.0, 2.0])
+
+
+def test_foldl_and_foldr_take_a_tensor_array_in_the_accumulator(compiled, run_graph):
+    # TF1's foldl/foldr hand the initializer to while_loop as it is: a TensorArray (with a
+    # tensor beside it) is an accumulator; here it was converted to a tensor and failed
+    # ("Const 'foldl/Const': cannot convert <dcf.TensorArray ...>"). TF1 gives these values.
+    elems = dcf.constant([1.0, 2.0, 3.0])
+    ta = dcf.foldl(lambda t, x: t.write(t.size(), x * 2.0), elems,
+                   initializer=dcf.TensorArray(dcf.float32, size=0, dynamic_size=True))
+    ta_r, count = dcf.foldr(lambda a, x: (a[0].write(a[1], x * 2.0), a[1] + 1), elems,
+                            initializer=(dcf.TensorArray(dcf.float32, size=3), dcf.constant(0)))
+    got = run_graph([ta.stack(), ta_r.stack(), count], config=compiled)
+    np.testing.assert_array_equal(got[0], [2.0, 4.0, 6.0])
+    np.testing.assert_array_equal(got[1], [6.0, 4.0, 2.0])
+    assert got[2] == 3
+    # scan stacks its accumulators: a TensorArray there is refused naming scan (TF1 too)
+    with pytest.raises(TypeError, match=r"scan: initializer holds a TensorArray"):
+        dcf.scan(lambda a, x: a, elems, initializer=dcf.TensorArray(dcf.float32, size=1))
+
+
+def test_foldl_tensor_array_accumulator_gradient_matches_finite_differences():
+    x = dcf.placeholder(dcf.float64, [3, 2])
+    y = dcf.placeholder(dcf.float64, [2])
+
+    def step(a, e):
+        return a[0].write(a[0].size(), dcf.sin(e) * a[1]), a[1] * 0.5 + e
+
+    ta, acc = dcf.foldl(step, x, initializer=(
+        dcf.TensorArray(dcf.float64, size=0, dynamic_size=True), y))
+    loss = dcf.reduce_sum(ta.stack() ** 2) + dcf.reduce_sum(acc)
+    grads = dcf.gradients(loss, [x, y])
+    rng = np.random.default_rng(3)
+    xv, yv = rng.standard_normal((3, 2)), rng.standard_normal(2)
+
+    def f(xv, yv):                      # the same in numpy
+        out, a = 0.0, yv
+        for e in xv:
+            out, a = out + np.sum((np.sin(e) * a) ** 2), a * 0.5 + e
+        return out + np.sum(a)
+
+    with dcf.Session() as sess:
+        gx, gy = sess.run(grads, {x: xv, y: yv})
+    eps = 1e-6
+    for got, v, k in ((gx, xv, 0), (gy, yv, 1)):
+        num = np.zeros_like(v)
+        for i in np.ndindex(v.shape):
+            d = np.zeros_like(v)
+            d[i] = eps
+            args_p = (xv + d, yv) if k == 0 else (xv, yv + d)
+            args_m = (xv - d, yv) if k == 0 else (xv, yv - d)
+            num[i] = (f(*args_p) - f(*args_m)) / (2 * eps)
+        np.testing.assert_allclose(got, num, rtol=1e-6, atol=1e-8)
