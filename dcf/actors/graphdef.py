@@ -34,6 +34,7 @@ import pickle
 import os
 import sys
 import sysconfig
+import types
 from typing import Any
 
 import msgpack
@@ -165,24 +166,43 @@ def _pickle_callables(fns: list, shipped: ShippedObjects | None) -> tuple[int, b
             hit = sent.get(id(obj))
             return None if hit is None else hit[0]
 
+        def reducer_override(self, obj: Any) -> Any:
+            # what fn reaches (the class of an environment object it captured, a helper
+            # it calls) may come from a user module too: by value as well
+            if reach and isinstance(obj, (type, types.FunctionType)):
+                by_value(getattr(obj, "__module__", None))
+            return super().reducer_override(obj)
+
     sent = shipped.sent if shipped is not None else {}
-    # Functions of the user's own modules (a test file, a script's helper module) may not
-    # be importable on the worker: send those by value. Library functions go by reference.
-    mods = []
-    for fn in fns:
-        mod = sys.modules.get(getattr(fn, "__module__", None) or "")
-        if (mod is not None and mod.__name__ != "__main__" and _is_user_module(mod)
-                and mod not in mods):
+    # Functions and classes of the user's own modules (a test file, a script's helper
+    # module) may not be importable on the worker (its sys.path is not the client's):
+    # send those by value. Library functions go by reference. Where what fn reaches
+    # cannot go by value (a module global holding a lock), only fn's own module does.
+    mods: list = []
+
+    def by_value(name: Any) -> None:
+        mod = sys.modules.get(name) if isinstance(name, str) else None
+        if (mod is not None and mod.__name__ != "__main__" and mod not in mods
+                and _is_user_module(mod)
+                and str(getattr(mod, "__file__", "")).endswith(".py")):  # (not compiled)
+            cloudpickle.register_pickle_by_value(mod)
             mods.append(mod)
-    for mod in mods:
-        cloudpickle.register_pickle_by_value(mod)
-    try:
-        buf = io.BytesIO()
-        pickler = _Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL)
-        pickler.dump(fns)
-    finally:
-        for mod in mods:
-            cloudpickle.unregister_pickle_by_value(mod)
+
+    for reach in (True, False):
+        try:
+            for fn in fns:
+                by_value(getattr(fn, "__module__", None))
+            buf = io.BytesIO()
+            pickler = _Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL)
+            pickler.dump(fns)
+            break
+        except Exception:
+            if not reach:
+                raise
+        finally:
+            for mod in mods:
+                cloudpickle.unregister_pickle_by_value(mod)
+            mods.clear()
     stream = 0
     if shipped is not None:
         stream = shipped.streams

@@ -1,0 +1,57 @@
+"""Review 9 (by use) of distributed runs: py_funcs on workers, their errors, and what
+their closures bring along."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import dcf
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
+
+W1 = "/job:worker/task:1/cpu:0"
+OPTS = dcf.RunOptions(timeout_s=30)
+
+
+@pytest.fixture
+def user_module(tmp_path, monkeypatch):
+    """Import a module from a directory only this process has on its sys.path (a script's
+    own directory, when the script is run from elsewhere): the workers cannot import it."""
+    name = f"dcf_review9_env_{id(tmp_path)}"
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent("""
+        import numpy as np
+
+        class Env:
+            def __init__(self):
+                self.t = 0
+
+            def step(self, a):
+                self.t += 1
+                return np.float32(a + self.t)
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mod = importlib.import_module(name)
+    yield mod
+    sys.modules.pop(name, None)
+
+
+def test_py_func_capturing_an_object_of_a_user_module_runs_on_a_worker(cluster3,
+                                                                         user_module):
+    # The callable is a lambda of this test file; the environment it captured is an
+    # instance of a class of a module the worker cannot import. In the client's process
+    # the run gives 2.0 then 3.0; on a worker it must too (the class travels by value,
+    # as the lambda's own module does), not fail to unpickle on the worker.
+    env = user_module.Env()
+    with dcf.Graph().as_default():
+        with dcf.device(W1):
+            a = dcf.placeholder(dcf.float32, ())
+            r = dcf.py_func(lambda x: env.step(x), [a], dcf.float32, name="step")
+        with dcf.Session(cluster=cluster3) as sess:
+            got = [float(sess.run(r, {a: 1.0}, options=OPTS)) for _ in range(2)]
+    assert got == [2.0, 3.0]
+    assert env.t == 0          # the worker's copy changed, not the client's
