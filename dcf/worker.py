@@ -30,7 +30,7 @@ import numpy as np
 
 from dcf.actors.codec import CodecError
 from dcf.actors.device_actor import DeviceActor
-from dcf.actors.graphdef import ShippedObjects, decode_parts
+from dcf.actors.graphdef import GraphDefError, ShippedObjects, decode_parts
 from dcf.actors.remote import (
     FEED,
     FETCH,
@@ -322,6 +322,10 @@ class WorkerHost:
                 built.append((dev, plan, [k for _, k in prt["feeds"]],
                               [k for _, _, k in prt["fetches"]]))
             c.plans[pid] = _Plan(sid, built, bool(msg.get("compile", True)))
+        except GraphDefError as e:
+            # the graph's fault (a py_func's closure that cannot be rebuilt here), not
+            # the worker's: not a WorkerError, which says the worker is gone
+            c.plans[pid] = InvalidArgumentError(f"worker {self.name}: {e}")
         except Exception as e:  # noqa: BLE001 - reported to the run that uses this plan
             c.plans[pid] = e
 

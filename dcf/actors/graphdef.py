@@ -48,6 +48,7 @@ __all__ = ["GraphDefError", "RemoteOp", "ShippedObjects", "decode_parts", "encod
 
 _ND, _NPSCALAR, _DTYPE, _TUPLE, _SLICE, _ELLIPSIS, _RECORD, _CALLABLE, _NPDTYPE = range(1, 10)
 _PICKLED_ATTRS = frozenset({("PyFunc", "fn"), ("PyFuncStateless", "fn")})
+_PY_FUNC_TYPES = frozenset(t for t, _ in _PICKLED_ATTRS)
 
 
 class GraphDefError(ValueError):
@@ -381,8 +382,17 @@ def decode_parts(blob: bytes, shipped: ShippedObjects | None = None) -> list[dic
     try:
         raw = msgpack.unpackb(blob, raw=False, strict_map_key=False, use_list=True)
         fns = raw["callables"]
-        token = _CALLABLES.set(
-            [] if fns is None else _unpickle_callables(fns, int(raw["stream"]), shipped))
+        try:
+            fns = [] if fns is None else _unpickle_callables(fns, int(raw["stream"]), shipped)
+        except Exception as e:  # noqa: BLE001 - what a closure's unpickling raises
+            # (a module this process cannot import, an object that cannot be rebuilt here)
+            ops = [f"{row[1]} '{row[0]}' on {row[8]}" for prt in raw["parts"]
+                   for row in prt["nodes"]
+                   if row[1] in _PY_FUNC_TYPES]
+            raise GraphDefError(
+                f"{', '.join(ops) or 'py_func'}: its function cannot be rebuilt on the "
+                f"worker: {type(e).__name__}: {e}") from e
+        token = _CALLABLES.set(fns)
         try:
             return [_decode_part(p) for p in raw["parts"]]
         finally:

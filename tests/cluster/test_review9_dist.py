@@ -4,6 +4,7 @@ their closures bring along."""
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import textwrap
 
@@ -55,3 +56,37 @@ def test_py_func_capturing_an_object_of_a_user_module_runs_on_a_worker(cluster3,
             got = [float(sess.run(r, {a: 1.0}, options=OPTS)) for _ in range(2)]
     assert got == [2.0, 3.0]
     assert env.t == 0          # the worker's copy changed, not the client's
+
+
+_CLIENT_PID = os.getpid()
+
+
+def _rebuild() -> object:
+    if os.getpid() != _CLIENT_PID:
+        raise RuntimeError("this object cannot be rebuilt on a worker")
+    return object()
+
+
+class _ClientOnly:
+    """Pickles, but unpickles only in the client's process (a handle on a local resource)."""
+
+    def __reduce__(self):
+        return _rebuild, ()
+
+
+def test_py_func_whose_closure_cannot_be_rebuilt_on_the_worker_names_the_op(cluster3):
+    # The worker is fine: the error is the graph's, names the py_func (name, type) and
+    # keeps the original exception's type and message; the session runs on.
+    handle = _ClientOnly()
+    with dcf.Graph().as_default():
+        with dcf.device(W1):
+            bad = dcf.py_func(lambda: (handle, np.float32(1))[1], [], dcf.float32,
+                              name="uses_handle")
+            good = dcf.constant(2.0) * 3.0
+        with dcf.Session(cluster=cluster3) as sess:
+            with pytest.raises(dcf.errors.InvalidArgumentError) as ei:
+                sess.run(bad, options=OPTS)
+            assert sess.run(good, options=OPTS) == 6.0
+    msg = str(ei.value)
+    assert "PyFunc 'uses_handle'" in msg and "/job:worker/task:1" in msg
+    assert "RuntimeError: this object cannot be rebuilt on a worker" in msg
