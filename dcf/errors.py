@@ -56,7 +56,10 @@ def op_error(op: Any, frame: str | None, iteration: int | None, cause: BaseExcep
         where += f", frame '{frame or '<root>'}' iteration {iteration}"
         for name, it in outer:
             where += f", inside frame '{name}' iteration {it}"
-    detail = str(cause) or type(cause).__name__
+    try:
+        detail = str(cause) or type(cause).__name__
+    except Exception as e:  # noqa: BLE001 - a user's exception whose __str__ fails
+        detail = f"<its __str__ raised {type(e).__name__}: {e}>"
     if not isinstance(cause, DcfError):
         detail = f"{type(cause).__name__}: {detail}"
     site = getattr(op, "site", None)

@@ -90,3 +90,31 @@ def test_py_func_whose_closure_cannot_be_rebuilt_on_the_worker_names_the_op(clus
     msg = str(ei.value)
     assert "PyFunc 'uses_handle'" in msg and "/job:worker/task:1" in msg
     assert "RuntimeError: this object cannot be rebuilt on a worker" in msg
+
+
+class _BadStr(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no message")
+
+
+@pytest.mark.parametrize("device", [W1, None])
+def test_py_func_raising_an_exception_whose_str_fails_is_an_op_error(cluster3, device):
+    # It was a bare RuntimeError from the error's formatting (no op, no frame), or on a
+    # worker a WorkerError "failed: RuntimeError: no message".
+    def f(i):
+        if i == 2:
+            raise _BadStr()
+        return i
+
+    with dcf.Graph().as_default():
+        with dcf.device(device):
+            r = dcf.while_loop(
+                lambda i: i < 5,
+                lambda i: dcf.reshape(dcf.py_func(f, [i], dcf.int32, name="f"), []) + 1,
+                [dcf.constant(0)], name="L")
+        with dcf.Session(cluster=cluster3 if device else None) as sess:
+            with pytest.raises(dcf.errors.InvalidArgumentError) as ei:
+                sess.run(r, options=OPTS)
+    msg = str(ei.value)
+    assert "PyFunc 'L/f'" in msg and "frame 'L' iteration 2" in msg
+    assert "_BadStr: <its __str__ raised RuntimeError: no message>" in msg
