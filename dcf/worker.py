@@ -56,6 +56,7 @@ class _Plan:
     session: int
     parts: list              # [(device, ExecPlan, feed keys, fetch keys)]
     compiled: bool
+    error: BaseException | None = None    # why it could not be built (raised by its runs)
 
 
 @dataclass
@@ -63,7 +64,7 @@ class _Client:
     name: str
     address: str
     sessions: dict[int, dict[str, DeviceActor]] = field(default_factory=dict)
-    plans: dict[int, _Plan | BaseException] = field(default_factory=dict)
+    plans: dict[int, _Plan] = field(default_factory=dict)
     steps: set[int] = field(default_factory=set)
     # per session: what its py_funcs brought (their state lives on across its plans)
     shipped: dict[int, ShippedObjects] = field(default_factory=dict)
@@ -325,9 +326,10 @@ class WorkerHost:
         except GraphDefError as e:
             # the graph's fault (a py_func's closure that cannot be rebuilt here), not
             # the worker's: not a WorkerError, which says the worker is gone
-            c.plans[pid] = InvalidArgumentError(f"worker {self.name}: {e}")
+            c.plans[pid] = _Plan(sid, [], False,
+                                 InvalidArgumentError(f"worker {self.name}: {e}"))
         except Exception as e:  # noqa: BLE001 - reported to the run that uses this plan
-            c.plans[pid] = e
+            c.plans[pid] = _Plan(sid, [], False, e)
 
     def _h_run(self, c: _Client, msg: dict, blob: bytes | None) -> None:
         step = int(msg["step"])
@@ -345,8 +347,7 @@ class WorkerHost:
         sid = int(msg["session"])
         c.sessions.pop(sid, None)
         c.shipped.pop(sid, None)
-        for pid in [p for p, pl in c.plans.items()
-                    if not isinstance(pl, BaseException) and pl.session == sid]:
+        for pid in [p for p, pl in c.plans.items() if pl.session == sid]:
             del c.plans[pid]
 
     def _h_detach(self, c: _Client, msg: dict, blob: bytes | None) -> None:
@@ -391,8 +392,8 @@ class WorkerHost:
             plan = c.plans.get(pid)
             if plan is None:
                 raise InvalidArgumentError(f"worker {self.name} has no plan {pid}")
-            if isinstance(plan, BaseException):
-                raise plan
+            if plan.error is not None:
+                raise plan.error.with_traceback(None)   # (not each run's on top)
             feeds = self.feeds.pop(step, {})
             actors = c.sessions[plan.session]
             coros = []

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import dcf
+from tests.cluster.helpers import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
 
@@ -118,3 +119,23 @@ def test_py_func_raising_an_exception_whose_str_fails_is_an_op_error(cluster3, d
     msg = str(ei.value)
     assert "PyFunc 'L/f'" in msg and "frame 'L' iteration 2" in msg
     assert "_BadStr: <its __str__ raised RuntimeError: no message>" in msg
+
+
+def test_a_plan_that_failed_on_a_worker_is_released_with_its_session(cluster3):
+    # A failed plan stayed in the worker for ever (with what its error held), one more
+    # for every session closed after such a failure: closing a session frees all of its
+    # plans, as it does those that ran.
+    def plans() -> int:
+        return cluster3._stats(1)[0]["plans"]
+
+    before = plans()
+    handle = _ClientOnly()
+    with dcf.Graph().as_default():
+        with dcf.device(W1):
+            bad = dcf.py_func(lambda: (handle, np.float32(1))[1], [], dcf.float32)
+        for _ in range(3):
+            with dcf.Session(cluster=cluster3) as sess:
+                for _ in range(2):
+                    with pytest.raises(dcf.errors.InvalidArgumentError):
+                        sess.run(bad, options=OPTS)
+    wait_for(lambda: plans() == before, 10, "the failed plans to be released")
