@@ -353,6 +353,11 @@ class _Client:
             if not st.pending and not st.future.done():
                 st.future.set_result(None)
         elif kind == "error":
+            unloaded = msg.get("unloaded")
+            if isinstance(unloaded, (list, tuple)) and len(unloaded) == 2:
+                shipped = self._shipped.get((unloaded[0], src))
+                if shipped is not None and isinstance(unloaded[1], int):
+                    shipped.forget(unloaded[1])
             st.fail(error_from_msg(msg, src))
 
     def _on_tensor(self, src: str, key: Any, value: Any, is_dead: bool) -> None:

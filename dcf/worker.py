@@ -57,6 +57,7 @@ class _Plan:
     parts: list              # [(device, ExecPlan, feed keys, fetch keys)]
     compiled: bool
     error: BaseException | None = None    # why it could not be built (raised by its runs)
+    unloaded: int | None = None   # the stream of py_func objects it could not load
 
 
 @dataclass
@@ -327,7 +328,8 @@ class WorkerHost:
             # the graph's fault (a py_func's closure that cannot be rebuilt here), not
             # the worker's: not a WorkerError, which says the worker is gone
             c.plans[pid] = _Plan(sid, [], False,
-                                 InvalidArgumentError(f"worker {self.name}: {e}"))
+                                 InvalidArgumentError(f"worker {self.name}: {e}"),
+                                 e.stream)
         except Exception as e:  # noqa: BLE001 - reported to the run that uses this plan
             c.plans[pid] = _Plan(sid, [], False, e)
 
@@ -388,6 +390,7 @@ class WorkerHost:
 
     async def _run_step(self, c: _Client, step: int, pid: int, trace: bool) -> None:
         send = self.transport.send_control
+        plan = None
         try:
             plan = c.plans.get(pid)
             if plan is None:
@@ -433,7 +436,12 @@ class WorkerHost:
             # also one that is not an Exception; one that ends the process still does
             log.debug("worker %s: step %s failed", self.name, step, exc_info=True)
             if c.name in self.clients:
-                send(c.name, error_to_msg(step, e))
+                m = error_to_msg(step, e)
+                if plan is not None and plan.unloaded is not None:
+                    # the client forgets it sent those objects: a later description
+                    # (the session's good py_funcs alone) sends them again
+                    m["unloaded"] = [plan.session, plan.unloaded]
+                send(c.name, m)
             if isinstance(e, (KeyboardInterrupt, SystemExit)):
                 raise
         finally:

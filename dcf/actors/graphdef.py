@@ -54,6 +54,8 @@ _PY_FUNC_TYPES = frozenset(t for t, _ in _PICKLED_ATTRS)
 class GraphDefError(ValueError):
     """A partition cannot be described for a worker, or a description is malformed."""
 
+    stream: int | None = None   # the stream of py_func objects that could not be loaded
+
 
 class ShippedObjects:
     """The objects that py_func callables brought to one worker for one session.
@@ -69,6 +71,11 @@ class ShippedObjects:
         self.sent: dict[int, tuple[tuple[int, int], Any]] = {}
         self.objs: dict[tuple[int, int], Any] = {}
         self.streams = 0
+
+    def forget(self, stream: int) -> None:
+        """On the client: the worker could not load `stream`; what it sent goes again."""
+        for key in [k for k, (token, _) in self.sent.items() if token[0] == stream]:
+            del self.sent[key]
 
 
 class RemoteOp:
@@ -389,9 +396,11 @@ def decode_parts(blob: bytes, shipped: ShippedObjects | None = None) -> list[dic
             ops = [f"{row[1]} '{row[0]}' on {row[8]}" for prt in raw["parts"]
                    for row in prt["nodes"]
                    if row[1] in _PY_FUNC_TYPES]
-            raise GraphDefError(
+            err = GraphDefError(
                 f"{', '.join(ops) or 'py_func'}: its function cannot be rebuilt on the "
-                f"worker: {type(e).__name__}: {e}") from e
+                f"worker: {type(e).__name__}: {e}")
+            err.stream = int(raw["stream"])   # (the client sends what it held again)
+            raise err from e
         token = _CALLABLES.set(fns)
         try:
             return [_decode_part(p) for p in raw["parts"]]

@@ -139,3 +139,28 @@ def test_a_plan_that_failed_on_a_worker_is_released_with_its_session(cluster3):
                     with pytest.raises(dcf.errors.InvalidArgumentError):
                         sess.run(bad, options=OPTS)
     wait_for(lambda: plans() == before, 10, "the failed plans to be released")
+
+
+class _Counter:
+    def __init__(self) -> None:
+        self.n = 0
+
+    def step(self) -> np.int32:
+        self.n += 1
+        return np.int32(self.n)
+
+
+def test_a_good_py_func_still_runs_after_a_description_it_was_in_failed_to_load(cluster3):
+    # A run fetching a good py_func with one whose closure the worker cannot rebuild
+    # fails (as it should); the good one alone must then run, as it does in-process. The
+    # client took the good one's objects as sent, so every later description referred to
+    # objects the worker never loaded: the good py_func failed for the rest of the session.
+    counter, handle = _Counter(), _ClientOnly()
+    with dcf.Graph().as_default():
+        with dcf.device(W1):
+            good = dcf.py_func(counter.step, [], dcf.int32, name="good")
+            bad = dcf.py_func(lambda: (handle, np.int32(0))[1], [], dcf.int32, name="bad")
+        with dcf.Session(cluster=cluster3) as sess:
+            with pytest.raises(dcf.errors.InvalidArgumentError, match="PyFunc 'bad'"):
+                sess.run([good, bad], options=OPTS)
+            assert [int(sess.run(good, options=OPTS)) for _ in range(2)] == [1, 2]
