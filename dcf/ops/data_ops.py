@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import sys
 import warnings
@@ -479,8 +478,11 @@ def _call_py_func(fn: Callable[..., Any], args: tuple, fn_name: str) -> Any:
     an InvalidArgumentError, which the executor locates (op, frame, iteration), as TF
     turns every Python error of a py_func into an op error: raised as it is, it would
     pass every `except Exception` on its way and end the worker or the event loop that
-    runs the step. Only asyncio's cancellation passes (and KeyboardInterrupt in the
-    client's process, KEEP_KEYBOARD_INTERRUPT)."""
+    runs the step. asyncio's CancelledError too: fn is plain synchronous code, so one
+    raised inside it is fn's own, never the cancellation of the step (that lands at the
+    step's awaits), and passed on it made a worker's step end without a reply (the run
+    hung). Only KeyboardInterrupt in the client's process passes
+    (KEEP_KEYBOARD_INTERRUPT)."""
     try:
         return fn(*args)
     except StopIteration as e:
@@ -489,8 +491,7 @@ def _call_py_func(fn: Callable[..., Any], args: tuple, fn_name: str) -> Any:
     except Exception:
         raise
     except BaseException as e:
-        if isinstance(e, asyncio.CancelledError) or (
-                isinstance(e, KeyboardInterrupt) and KEEP_KEYBOARD_INTERRUPT):
+        if isinstance(e, KeyboardInterrupt) and KEEP_KEYBOARD_INTERRUPT:
             raise
         detail = str(e)
         raise InvalidArgumentError(f"py_func {fn_name} raised {type(e).__name__}"

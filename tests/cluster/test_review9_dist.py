@@ -3,6 +3,7 @@ their closures bring along."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import os
 import sys
@@ -164,3 +165,22 @@ def test_a_good_py_func_still_runs_after_a_description_it_was_in_failed_to_load(
             with pytest.raises(dcf.errors.InvalidArgumentError, match="PyFunc 'bad'"):
                 sess.run([good, bad], options=OPTS)
             assert [int(sess.run(good, options=OPTS)) for _ in range(2)] == [1, 2]
+
+
+@pytest.mark.parametrize("device", [W1, None])
+def test_py_func_raising_asyncio_cancelled_error_is_an_op_error(cluster3, device):
+    # fn's own CancelledError (an asyncio-based environment's) is not the step's
+    # cancellation: on a worker it ended the step without a reply and the run hung (until
+    # timeout_s); in-process it escaped bare, naming no op (TF1: an op error).
+    def f():
+        raise asyncio.CancelledError("env cancelled")
+
+    with dcf.Graph().as_default():
+        with dcf.device(device):
+            y = dcf.py_func(f, [], dcf.float32, name="env_step")
+            ok = dcf.constant(2.0) * 3.0
+        with dcf.Session(cluster=cluster3 if device else None) as sess:
+            with pytest.raises(dcf.errors.InvalidArgumentError,
+                               match=r"PyFunc 'env_step'.*CancelledError: env cancelled"):
+                sess.run(y, options=dcf.RunOptions(timeout_s=10))
+            assert sess.run(ok, options=OPTS) == 6.0
