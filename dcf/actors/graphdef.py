@@ -192,7 +192,9 @@ def _pickle_callables(fns: list, shipped: ShippedObjects | None) -> tuple[int, b
         mod = sys.modules.get(name) if isinstance(name, str) else None
         if (mod is not None and mod.__name__ != "__main__" and mod not in mods
                 and _is_user_module(mod)
-                and str(getattr(mod, "__file__", "")).endswith(".py")):  # (not compiled)
+                and str(getattr(mod, "__file__", "")).endswith(".py")  # (not compiled)
+                # (one the user registered stays so: not ours to unregister)
+                and mod.__name__ not in cloudpickle.list_registry_pickle_by_value()):
             cloudpickle.register_pickle_by_value(mod)
             mods.append(mod)
 

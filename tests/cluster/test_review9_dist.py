@@ -184,3 +184,24 @@ def test_py_func_raising_asyncio_cancelled_error_is_an_op_error(cluster3, device
                                match=r"PyFunc 'env_step'.*CancelledError: env cancelled"):
                 sess.run(y, options=dcf.RunOptions(timeout_s=10))
             assert sess.run(ok, options=OPTS) == 6.0
+
+
+def test_shipping_a_py_func_keeps_the_users_own_pickle_by_value_registration(cluster3,
+                                                                             user_module):
+    # cloudpickle.register_pickle_by_value is what cloudpickle tells users to call for
+    # a module workers cannot import; shipping a py_func of that module unregistered it
+    # (dcf registered it again for the dump, then unregistered it).
+    import cloudpickle
+
+    cloudpickle.register_pickle_by_value(user_module)
+    try:
+        env = user_module.Env()
+        with dcf.Graph().as_default():
+            with dcf.device(W1):
+                r = dcf.py_func(env.step, [dcf.constant(1.0)], dcf.float32)
+            with dcf.Session(cluster=cluster3) as sess:
+                assert sess.run(r, options=OPTS) == 2.0
+        assert user_module.__name__ in cloudpickle.list_registry_pickle_by_value()
+    finally:
+        if user_module.__name__ in cloudpickle.list_registry_pickle_by_value():
+            cloudpickle.unregister_pickle_by_value(user_module)
