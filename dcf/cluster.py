@@ -416,10 +416,16 @@ class _Client:
         self.check_alive(by_worker)
         info = {}
         for name, parts in by_worker.items():
-            blob = encode_parts(parts, self._shipped.setdefault((session, name),
-                                                                ShippedObjects()))
-            self.transport.send_control(name, {"type": "plan", "plan": pid,
-                                               "session": session, **settings}, blob)
+            shipped = self._shipped.setdefault((session, name), ShippedObjects())
+            first = shipped.streams
+            blob = encode_parts(parts, shipped)
+            try:
+                self.transport.send_control(name, {"type": "plan", "plan": pid,
+                                                   "session": session, **settings}, blob)
+            except ValueError as e:     # (larger than one message carries)
+                for stream in range(first, shipped.streams):   # (never sent)
+                    shipped.forget(stream)
+                raise _too_large(name, parts, len(blob), e) from e
             info[name] = {"feeds": sorted({k for p in parts for _, k in p["feeds"]}),
                           "fetches": [k for p in parts for _, _, k in p["fetches"]]}
         return _RemotePlan(pid, session, info)
@@ -480,6 +486,29 @@ class _Client:
             msg["record_keys"] = record_keys
         self.transport.send_control(name, msg)
         return await asyncio.wait_for(fut, timeout)
+
+
+def _too_large(name: str, parts: list[dict], size: int, e: Exception
+               ) -> InvalidArgumentError:
+    """The error of a worker's share of a graph too large to send (`size` bytes): what
+    makes it so (the large values built into it, and the py_funcs, whose captures travel
+    with it)."""
+    sizes, py_funcs = [], []
+    for prt in parts:
+        for p in prt["nodes"]:
+            if p.type in ("PyFunc", "PyFuncStateless"):
+                py_funcs.append(f"{p.type} '{p.name}'")
+            n = sum(int(getattr(v, "nbytes", 0)) for v in p.attrs.values())
+            if n * 100 >= size:
+                sizes.append((n, f"{p.type} '{p.name}' ({n} bytes)"))
+    sizes.sort(key=lambda x: -x[0])
+    what = [f"its largest values: {', '.join(d for _, d in sizes[:3])}"] if sizes else []
+    if py_funcs:
+        what.append(f"what py_funcs {', '.join(py_funcs[:3])} capture travels in it too")
+    return InvalidArgumentError(
+        f"the part of this run's graph placed on {name} cannot be sent to it: {e}"
+        f"{' (' + '; '.join(what) + ')' if what else ''}; feed large values (a "
+        "placeholder) rather than building them into the graph or capturing them")
 
 
 def _host(v: Any) -> Any:

@@ -205,3 +205,30 @@ def test_shipping_a_py_func_keeps_the_users_own_pickle_by_value_registration(clu
     finally:
         if user_module.__name__ in cloudpickle.list_registry_pickle_by_value():
             cloudpickle.unregister_pickle_by_value(user_module)
+
+
+@pytest.fixture
+def small_messages(cluster3):
+    """The client's messages limited to 1 MB (for the 2 GiB limit, without 2 GiB)."""
+    transport = cluster3._client.transport
+    old, transport.max_message_bytes = transport.max_message_bytes, 1_000_000
+    yield
+    transport.max_message_bytes = old
+
+
+def test_a_graph_too_large_to_send_to_a_worker_names_its_ops(cluster3, small_messages):
+    # It was a bare ValueError "message to '/job:worker/task:1' is N bytes" naming no op;
+    # and the objects of the py_funcs in it counted as sent, so the good py_func alone
+    # then failed ("refers to object ... this worker does not have").
+    counter, table = _Counter(), np.ones(500_000)      # 4 MB
+    with dcf.Graph().as_default():
+        with dcf.device(W1):
+            step = dcf.py_func(counter.step, [], dcf.int32, name="step")
+            big = dcf.constant(table, name="table") * 2.0
+        with dcf.Session(cluster=cluster3) as sess:
+            with pytest.raises(dcf.errors.InvalidArgumentError) as ei:
+                sess.run([step, big], options=OPTS)
+            assert int(sess.run(step, options=OPTS)) == 1
+    msg = str(ei.value)
+    assert "Const 'table' (4000000 bytes)" in msg and "PyFunc 'step'" in msg
+    assert "/job:worker/task:1" in msg
