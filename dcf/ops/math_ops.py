@@ -322,6 +322,11 @@ def _floordiv(xp, a, b):
     # for the device)
     if xp is np and _int_zero(b):
         raise ZeroDivisionError("integer division by zero")
+    if getattr(a, "dtype", None) is not None and a.dtype.kind == "f":
+        # floats: floor(a / b), as TensorFlow (1.0 // 0.1 is 10, inf // 2 is inf); numpy's
+        # a // b floors the exact quotient of the two binary values (9, and nan for inf)
+        q = a / b
+        return xp.floor(q, out=q) if type(q) is xp.ndarray else xp.floor(q)
     return a // b
 
 
@@ -532,7 +537,8 @@ def divide(x: Any, y: Any, name: str | None = None) -> Tensor:
 
 
 def floordiv(x: Any, y: Any, name: str | None = None) -> Tensor:
-    """``x // y`` (rounds toward -inf). Not differentiable."""
+    """``x // y`` (rounds toward -inf); for floats ``floor(x / y)``, as TensorFlow (so
+    ``1.0 // 0.1`` is 10.0, where numpy gives 9.0). Not differentiable."""
     return apply("FloorDiv", list(_pair(x, y)), name)
 
 

@@ -59,7 +59,8 @@ BINARY = [
     (M.subtract, np.subtract, (np.float32, np.int64), "any", "any"),
     (M.multiply, np.multiply, (np.float32, np.int32), "any", "any"),
     (M.divide, np.true_divide, (np.float32, np.float64), "nonzero", "any"),
-    (M.floordiv, np.floor_divide, (np.float32, np.int32), "nonzero", "any"),
+    (M.floordiv, lambda x, y: np.floor(x / y) if x.dtype.kind == "f" else x // y,  # TF's
+     (np.float32, np.int32), "nonzero", "any"),
     (M.mod, np.mod, (np.float32, np.int32), "nonzero", "any"),
     (M.pow, np.power, (np.float32, np.int32), "pos", "pos"),
     (M.maximum, np.maximum, (np.float32, np.int32), "any", "any"),
