@@ -200,22 +200,62 @@ def _static_axes(axes: Any, what: str = "axis") -> tuple:
     return tuple(int(a) for a in arr.reshape(-1))
 
 
+# integer scalar arithmetic _known_value folds (shape(x)[1] * shape(x)[2], as TF's shape
+# inference does)
+_FOLDED = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply}
+
+
 def _known_value(t: Any) -> Any:
-    """constant_value, also seeing through ``shape(x)[k]`` where x's dim k is static."""
+    """constant_value, also seeing through ``shape(x)[k]`` where x's dim k is static (and
+    through any int vector _shape_hint knows entry k of), and folding +, -, * of two
+    such int scalars."""
     v = constant_value(t)
     if v is not None or not isinstance(t, Tensor):
         return v
     op = t.op
-    if op.type == "StridedSlice" and len(op.inputs) == 1 and op.inputs[0].op.type == "Shape":
-        key, src = op.attrs["key"], op.inputs[0].op.inputs[0].shape
-        if (
-            src is not None
-            and len(key) == 1
-            and type(key[0]) is int
-            and -len(src) <= key[0] < len(src)
-        ):
-            d = src[key[0]]
-            return None if d is None else np.asarray(d, dtype=t.dtype.np)
+    if op.type == "StridedSlice" and len(op.inputs) == 1:
+        key = op.attrs["key"]
+        if len(key) == 1 and type(key[0]) is int and op.inputs[0].dtype.is_integer:
+            src = _shape_hint(op.inputs[0])
+            if src is not None and -len(src) <= key[0] < len(src):
+                d = src[key[0]]
+                return None if d is None else np.asarray(d, dtype=t.dtype.np)
+    elif op.type in _FOLDED and t.dtype.is_integer and t.shape == ():
+        a, b = (_known_value(i) for i in op.inputs)
+        if a is not None and b is not None:
+            return _FOLDED[op.type](a, b, dtype=t.dtype.np)
+    return None
+
+
+def _shape_hint(t: Tensor) -> tuple | None:
+    """What is known at build time of int vector `t` (a shape, multiples, begin...): a
+    tuple of its entries, None for those known only at run time; None when its length is
+    unknown. Sees through Shape (x's static dims), Pack, ConcatV2, Cast, Identity and
+    slices ``v[a:b:c]`` of such vectors, as TF's constant_value_as_shape."""
+    v = _known_value(t)
+    if v is not None:
+        v = np.asarray(v)
+        return tuple(int(x) for x in v) if v.ndim == 1 else None
+    op = t.op
+    if op.type == "Shape":
+        return op.inputs[0].shape
+    if op.type in ("Cast", "Identity") and op.inputs[0].dtype.is_integer:
+        return _shape_hint(op.inputs[0])
+    if op.type == "Pack" and t.shape is not None and len(t.shape) == 1:
+        vals = [_known_value(i) for i in op.inputs]
+        return tuple(None if x is None else int(x) for x in vals)
+    if op.type == "ConcatV2" and t.shape is not None and len(t.shape) == 1:
+        parts = [_shape_hint(i) for i in op.inputs]
+        if all(p is not None for p in parts):
+            return tuple(d for p in parts for d in p)
+    if op.type == "StridedSlice" and len(op.inputs) == 1:
+        key = op.attrs["key"]
+        if len(key) == 1 and type(key[0]) is _pyslice:
+            src = _shape_hint(op.inputs[0])
+            if src is not None:
+                return src[key[0]]
+    if t.shape is not None and len(t.shape) == 1 and t.shape[0] is not None:
+        return (None,) * t.shape[0]
     return None
 
 
@@ -251,12 +291,9 @@ def _shape_arg(value: Any) -> tuple[tuple | None, tuple | None, Tensor | None]:
             t = convert_to_tensor(value)
             if t.shape == ():
                 return None, (None,), stack([t])
-            hint = None
-            if t.op.type == "Shape" and t.op.inputs[0].shape is not None:
-                hint = t.op.inputs[0].shape
-            elif t.op.type == "Pack":
-                vals = [_known_value(i) for i in t.op.inputs]
-                hint = tuple(None if x is None or int(x) < 0 else int(x) for x in vals)
+            hint = _shape_hint(t) if t.dtype.is_integer else None
+            if hint is not None:
+                hint = tuple(None if d is None or d < 0 else d for d in hint)
             return None, hint, t
         value = v
     elif isinstance(value, (list, tuple)) and any(_is_tensorlike(e) for e in value):

@@ -45,3 +45,34 @@ def test_the_gradient_of_mod_uses_tf1s_floor_of_the_quotient():
         gx, gy = sess.run([gx, gy])
     np.testing.assert_array_equal(gx, [1.0, 2.0, 3.0, 4.0])
     np.testing.assert_array_equal(gy, [-10.0, -20.0, -225.0, 8.0])
+
+
+def test_shape_arithmetic_on_a_partly_known_shape_keeps_the_known_dims_as_tf1():
+    # TF1's shape inference reads slices, concats and products of shape(x); dcf read
+    # only shape(x) itself and stack([...]): zeros(shape(x)[1:]) was [?, ?], not [3, 4]
+    g = dcf.Graph()
+    with g.as_default():
+        x = dcf.placeholder(dcf.float32, [None, 3, 4])
+        s = dcf.shape(x)
+        cases = {
+            "zeros(s[1:])": (dcf.zeros(s[1:]), (3, 4)),
+            "fill(s[:2])": (dcf.fill(s[:2], 1.0), (None, 3)),
+            "zeros(s[-1:])": (dcf.zeros(s[-1:]), (4,)),
+            "zeros(s[::-1])": (dcf.zeros(s[::-1]), (4, 3, None)),
+            "zeros(concat)": (dcf.zeros(dcf.concat([s[:1], [5]], 0)), (None, 5)),
+            "zeros(cast(s))": (dcf.zeros(dcf.cast(s, dcf.int64)[1:]), (3, 4)),
+            "zeros([s1*s2])": (dcf.zeros([s[1] * s[2]]), (12,)),
+            "reshape flatten": (dcf.reshape(x, [-1, s[1] * s[2]]), (None, 12)),
+            "reshape(s[1:])": (dcf.reshape(x, dcf.concat([[-1], s[2:]], 0)), (None, 4)),
+            "broadcast_to": (dcf.broadcast_to(x[:, :1], s), (None, 3, 4)),
+        }
+    got = {k: t.shape for k, (t, _) in cases.items()}
+    assert got == {k: want for k, (_, want) in cases.items()}
+    with dcf.Session(graph=g) as sess:
+        vals = sess.run({k: t for k, (t, _) in cases.items()},
+                        {x: np.ones((2, 3, 4), np.float32)})
+    assert {k: v.shape for k, v in vals.items()} == {
+        "zeros(s[1:])": (3, 4), "fill(s[:2])": (2, 3), "zeros(s[-1:])": (4,),
+        "zeros(s[::-1])": (4, 3, 2), "zeros(concat)": (2, 5), "zeros(cast(s))": (3, 4),
+        "zeros([s1*s2])": (12,), "reshape flatten": (2, 12), "reshape(s[1:])": (6, 4),
+        "broadcast_to": (2, 3, 4)}
