@@ -937,6 +937,11 @@ def _slice_grad(op, g):
     if isinstance(begin, tuple) and _known(x.shape) and _known(y.shape):
         pads = [[b, d - b - s] for b, d, s in zip(begin, x.shape, y.shape)]
         return [pad(g, pads)]
+    size = op.attrs["size"]
+    if isinstance(begin, tuple) and size is not None:
+        # x's dims known at build time stay in the gradient's static shape, as in TF1
+        key = tuple(_pyslice(b, None if s == -1 else b + s) for b, s in zip(begin, size))
+        return [apply("StridedSliceGrad", [g, shape(x)], key=key, shape=None, hint=x.shape)]
     b = _cast_int32(begin) if isinstance(begin, Tensor) else _const(begin, dtypes.int32, x.graph)
     after = shape(x) - b - shape(y)
     return [pad(g, stack([b, after], axis=1))]
@@ -987,6 +992,9 @@ register(OpDef("Pad", infer=_pad_infer, kernel=_pad))
 def _pad_grad(op, g):
     x = op.inputs[0]
     p = op.attrs["paddings"]
+    if p is not None and not _known(x.shape):
+        # g[a0:-b0, a1:-b1, ...]: x's known dims stay in its static shape, as in TF1
+        return [strided_slice(g, tuple(_pyslice(a, -b or None) for a, b in p))]
     begin = [a for a, _ in p] if p is not None else op.inputs[1][:, 0]
     return [slice(g, begin, _shape_of(x))]
 
@@ -1764,6 +1772,12 @@ def _tile_grad(op, g):
     # (the rank known only at run time: the same axes, as a tensor)
     axes: Any = list(_pyrange(0, 2 * r, 2)) if r is not None else \
         _math.range(0, 2 * rank(x), 2)
+    if isinstance(split_shape, Tensor):
+        # x's known dims stay in the gradient's static shape, as in TF1
+        hint = None if r is None else \
+            tuple(v for pair in zip(m or (None,) * r, x.shape) for v in pair)
+        return [_math.reduce_sum(apply("Reshape", [g, split_shape], shape=None, hint=hint),
+                                 axis=axes)]
     return [_math.reduce_sum(reshape(g, split_shape), axis=axes)]
 
 

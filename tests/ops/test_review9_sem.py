@@ -76,3 +76,39 @@ def test_shape_arithmetic_on_a_partly_known_shape_keeps_the_known_dims_as_tf1():
         "zeros(s[::-1])": (4, 3, 2), "zeros(concat)": (2, 5), "zeros(cast(s))": (3, 4),
         "zeros([s1*s2])": (12,), "reshape flatten": (2, 12), "reshape(s[1:])": (6, 4),
         "broadcast_to": (2, 3, 4)}
+
+
+def test_gradients_of_tile_pad_and_slice_keep_the_inputs_known_dims_as_tf1():
+    # x of shape [?, 3, 4]: TF1 gives these gradients x's static shape [?, 3, 4]; dcf's
+    # were [?, ?, ?] (tile's when its multiples are not all known, too)
+    g = dcf.Graph()
+    with g.as_default():
+        x = dcf.placeholder(dcf.float64, [None, 3, 4])
+        n = dcf.placeholder(dcf.int32, [])
+        w = dcf.constant(np.arange(200, dtype=np.float64) / 7)
+        ys = {
+            "tile": dcf.tile(x, [2, 1, 3]),
+            "tile(n)": dcf.tile(x, dcf.stack([n, 2, 1])),
+            "pad": dcf.pad(x, [[1, 0], [0, 2], [3, 1]]),
+            "slice": dcf.slice(x, [0, 1, 1], [-1, 2, 2]),
+        }
+        grads = {}
+        for k, y in ys.items():
+            r = w[: dcf.size(y)]   # a weight per element of y
+            (grads[k],) = dcf.gradients(dcf.reduce_sum(y * dcf.reshape(r, dcf.shape(y))), [x])
+    assert {k: t.shape for k, t in grads.items()} == {k: (None, 3, 4) for k in ys}
+    xv = np.random.default_rng(0).normal(size=(2, 3, 4))
+    wf = np.arange(200, dtype=np.float64) / 7
+    with dcf.Session(graph=g) as sess:
+        got = sess.run(grads, {x: xv, n: 2})
+    # closed forms: the weights of y's elements, summed onto the x element each copies
+    def weights(shape):
+        return wf[: int(np.prod(shape))].reshape(shape)
+    want = {
+        "tile": weights((4, 3, 12)).reshape(2, 2, 1, 3, 3, 4).sum(axis=(0, 2, 4)),
+        "tile(n)": weights((4, 6, 4)).reshape(2, 2, 2, 3, 1, 4).sum(axis=(0, 2, 4)),
+        "pad": weights((3, 5, 8))[1:, :3, 3:7],
+        "slice": np.pad(weights((2, 2, 2)), [[0, 0], [1, 0], [1, 1]]),
+    }
+    for k in ys:
+        np.testing.assert_allclose(got[k], want[k], err_msg=k)
