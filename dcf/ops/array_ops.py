@@ -1733,11 +1733,21 @@ def eye(
 
 
 # ------------------------------------------------------------ tile, broadcast
-def _tile_infer(x: TensorType, *dyn: TensorType, multiples: tuple | None) -> TensorType:
+def _tile_infer(
+    x: TensorType, *dyn: TensorType, multiples: tuple | None, hint: tuple | None = None
+) -> TensorType:
     if multiples is None:
         n = _vec_len(dyn[0], "multiples")
         r = x.rank if x.rank is not None else n
-        return TensorType(x.dtype, None if r is None else (None,) * r)
+        if r is None:
+            return TensorType(x.dtype, None)
+        if hint is None or len(hint) != r:
+            return TensorType(x.dtype, (None,) * r)
+        # the multiples known at build time (hint), as TF1: tile(x, [1, n, 2]) of a
+        # [?, 3, 4] is [?, ?, 8]
+        dims = x.shape or (None,) * r
+        return TensorType(x.dtype, tuple(
+            None if d is None or m is None else d * m for d, m in zip(dims, hint)))
     _check_sizes(multiples, "multiple")
     if x.shape is None:
         return TensorType(x.dtype, (None,) * len(multiples))
@@ -1750,7 +1760,7 @@ def _tile_infer(x: TensorType, *dyn: TensorType, multiples: tuple | None) -> Ten
     )
 
 
-def _tile(xp, x, *dyn, multiples):
+def _tile(xp, x, *dyn, multiples, hint=None):
     m = multiples if multiples is not None else _ints(dyn[0])
     _check_rank(x, len(m), "multiples")
     return _s(xp.tile(x, m))
@@ -1774,8 +1784,10 @@ def _tile_grad(op, g):
         _math.range(0, 2 * rank(x), 2)
     if isinstance(split_shape, Tensor):
         # x's known dims stay in the gradient's static shape, as in TF1
-        hint = None if r is None else \
-            tuple(v for pair in zip(m or (None,) * r, x.shape) for v in pair)
+        mh = m if m is not None else op.attrs.get("hint")
+        if r is not None and (mh is None or len(mh) != r):
+            mh = (None,) * r
+        hint = None if r is None else tuple(v for pair in zip(mh, x.shape) for v in pair)
         return [_math.reduce_sum(apply("Reshape", [g, split_shape], shape=None, hint=hint),
                                  axis=axes)]
     return [_math.reduce_sum(reshape(g, split_shape), axis=axes)]
@@ -1783,10 +1795,10 @@ def _tile_grad(op, g):
 
 def tile(input: Any, multiples: Any, name: str | None = None) -> Tensor:
     """``np.tile(input, multiples)`` with one multiple per axis."""
-    static, _, dyn = _shape_arg(multiples)
+    static, hint, dyn = _shape_arg(multiples)
     if dyn is None:
         return apply("Tile", [input], name, multiples=static)
-    return apply("Tile", [input, dyn], name, multiples=None)
+    return apply("Tile", [input, dyn], name, multiples=None, hint=hint)
 
 
 def _broadcast_to_infer(

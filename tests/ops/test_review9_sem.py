@@ -112,3 +112,22 @@ def test_gradients_of_tile_pad_and_slice_keep_the_inputs_known_dims_as_tf1():
     }
     for k in ys:
         np.testing.assert_allclose(got[k], want[k], err_msg=k)
+
+
+def test_tile_by_partly_known_multiples_keeps_the_dims_they_fix_as_tf1():
+    # tile(h, [1, T, 1]) with a run-time T: TF1 keeps h's other dims ([?, ?, 8] here),
+    # which a dense layer after it needs; dcf gave [?, ?, ?]
+    g = dcf.Graph()
+    with g.as_default():
+        x = dcf.placeholder(dcf.float64, [None, 3, 4])
+        n = dcf.placeholder(dcf.int32, [])
+        y = dcf.tile(x, dcf.stack([1, n, 2]))
+        z = dcf.tile(x, [1, dcf.shape(x)[0], 1])
+        (gx,) = dcf.gradients(dcf.reduce_sum(y * y), [x])
+    assert (y.shape, z.shape, gx.shape) == ((None, None, 8), (None, None, 4), (None, 3, 4))
+    xv = np.random.default_rng(1).normal(size=(2, 3, 4))
+    with dcf.Session(graph=g) as sess:
+        yv, zv, gv = sess.run([y, z, gx], {x: xv, n: 3})
+    np.testing.assert_array_equal(yv, np.tile(xv, [1, 3, 2]))
+    np.testing.assert_array_equal(zv, np.tile(xv, [1, 2, 1]))
+    np.testing.assert_allclose(gv, 2 * yv.reshape(2, 3, 3, 2, 4).sum(axis=(1, 3)))
