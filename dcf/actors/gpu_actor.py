@@ -58,12 +58,14 @@ _HOST_OPS = frozenset({"Shape", "Size", "Rank", "ShapeN", "BroadcastGradientArgs
                        "ReducedShape", "TensorArraySizeV3"})
 # Ops that may create arrays from nothing (a TensorArray's unwritten gradient element
 # reads as zeros): run with cupy so those zeros are made on the device.
-# ResourceScatter writes rows into the variable's buffer, which its inputs do not show:
+# ResourceScatter (and a sliced assignment) writes rows into the variable's buffer, which
+# its inputs do not show:
 # on the device, where host rows are uploaded first (mode 0 would run it on the host
 # whenever its rows come from the host, and the host kernel cannot write them into a
 # device buffer).
 _DEVICE_OPS = frozenset({"TensorArrayReadV3", "TensorArrayGatherV3", "TensorArrayStack",
-                         "TensorArrayConcatV3", "ResourceScatter"})
+                         "TensorArrayConcatV3", "ResourceScatter",
+                         "ResourceStridedSliceAssign"})
 # TensorArray bookkeeping: host objects in, host objects out, no device work (a write
 # stores the value it is given, wherever it lives): the kernel itself, no wrapper
 _TENSOR_ARRAY_HOST_OPS = frozenset({"TensorArrayV3", "TensorArrayGradV3",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import weakref
 from typing import Any
 
 import numpy as np
@@ -414,6 +415,64 @@ def _bind_scatter(xp, *, dtype, mode, shape=None):
 _scatter_update_kernel.bind = _bind_scatter  # type: ignore[attr-defined]
 
 
+# ------------------------------------------------------------ sliced assignment
+def _slice_assign_infer(h: TensorType, value: TensorType, *dyn: TensorType, key, dtype,
+                        shape) -> TensorType:
+    from dcf.ops.array_ops import _key_shape
+
+    want = _key_shape(key, TensorType(dtype, shape))
+    if value.dtype is not dtype:
+        raise TypeError(f"cannot assign a {value.dtype} value to a slice of a {dtype} variable")
+    if not shapes_compatible(value.shape, want):
+        raise ValueError(f"cannot assign a value of shape {list(value.shape)} to a slice of "
+                         f"shape {list(want)}")
+    return TensorType(dtype, shape)
+
+
+def _slice_assign_kernel(xp, handle, value, *dyn, key, dtype, shape=None):
+    from dcf.ops.array_ops import _resolve_key
+
+    with handle.lock:
+        new = _own_buffer(handle)
+        try:
+            k = _resolve_key(key, dyn) if dyn else key
+            want = new[k].shape
+            if _shape_of(value) != want:   # (TF's: no broadcasting of the value)
+                raise InvalidArgumentError(
+                    f"cannot assign a value of shape {list(_shape_of(value))} to a slice of "
+                    f"shape {list(want)} of variable '{handle.name}'")
+            new[k] = value
+        except BaseException:
+            _refused(new)
+            raise
+        handle.value = new
+        return new
+
+
+# the tensors v[key] of Variables: (the variable, its StridedSlice) for v[key].assign
+_SLICES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _tensor_getattr(self: Tensor, item: str) -> Any:
+    # (called only when a Tensor has no such attribute)
+    if item == "assign":
+        hit = _SLICES.get(self)
+        if hit is not None:
+            var = hit
+
+            def assign(value: Any, name: str | None = None) -> Tensor:
+                return var._assign_slice(self, value, name)
+            return assign
+        raise AttributeError(
+            f"'Tensor' object has no attribute 'assign': '{self.name}' is a value, not a "
+            "Variable; assign to a Variable v (v.assign), or to a slice of one "
+            "(v[i].assign, v[1:3].assign)")
+    raise AttributeError(f"'Tensor' object has no attribute '{item}'")
+
+
+setattr(Tensor, "__getattr__", _tensor_getattr)  # noqa: B010
+
+
 def _var_handle_infer(*, var_name, dtype, shape):
     return _RESOURCE
 
@@ -448,9 +507,11 @@ register(OpDef("ResourceScatter", infer=lambda h, i, u, *, dtype, mode, shape:
                TensorType(dtype, shape), kernel=_scatter_update_kernel, stateful=True))
 register(OpDef("ResourceApplyAdam", infer=_apply_adam_infer, kernel=_apply_adam_kernel,
                stateful=True))
+register(OpDef("ResourceStridedSliceAssign", infer=_slice_assign_infer,
+               kernel=_slice_assign_kernel, stateful=True))
 not_differentiable("VarHandleOp", "ReadVariableOp", "VarIsInitializedOp", "AssignVariableOp",
                    "AssignAddVariableOp", "AssignSubVariableOp", "ResourceScatter",
-                   "ResourceApplyAdam")
+                   "ResourceApplyAdam", "ResourceStridedSliceAssign")
 
 
 class Variable:
@@ -582,6 +643,24 @@ class Variable:
         return self._assign("AssignSubVariableOp", delta,
                             name or f"{_leaf(self.name)}/AssignSub")
 
+    def __getitem__(self, key: Any) -> Tensor:
+        """``v[key]``: the slice of its value, as a tensor's; ``v[key].assign(x)`` writes x
+        into that slice of the variable (TF1's sliced assignment)."""
+        t = self.read_value()[key]
+        if t.op.type == "StridedSlice":
+            _SLICES[t] = self
+        return t
+
+    def _assign_slice(self, t: Tensor, value: Any, name: str | None) -> Tensor:
+        name = name or f"{_leaf(self.name)}/AssignSlice"
+        try:
+            value = convert_in(value, self.graph, self.dtype)
+        except TypeError as e:
+            raise TypeError(f"ResourceStridedSliceAssign '{name}' of variable '{self.name}': "
+                            f"{e}") from None
+        return apply("ResourceStridedSliceAssign", [self.handle, value, *t.op.inputs[1:]],
+                     name=name, key=t.op.attrs["key"], dtype=self.dtype, shape=self.shape)
+
     def scatter_update(self, indices: Any, updates: Any, name: str | None = None) -> Tensor:
         """Set rows: `v[indices] = updates` (returns the new value)."""
         return scatter_update(self, indices, updates, name=name)
@@ -676,7 +755,7 @@ def _delegate(method: str):
 for _m in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
            "__rtruediv__", "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__", "__pow__",
            "__rpow__", "__matmul__", "__rmatmul__", "__neg__", "__lt__", "__le__", "__gt__",
-           "__ge__", "__getitem__", "__abs__", "__and__", "__rand__", "__or__", "__ror__",
+           "__ge__", "__abs__", "__and__", "__rand__", "__or__", "__ror__",
            "__xor__", "__rxor__", "__invert__"):
     setattr(Variable, _m, _delegate(_m))
 

@@ -131,3 +131,39 @@ def test_tile_by_partly_known_multiples_keeps_the_dims_they_fix_as_tf1():
     np.testing.assert_array_equal(yv, np.tile(xv, [1, 3, 2]))
     np.testing.assert_array_equal(zv, np.tile(xv, [1, 2, 1]))
     np.testing.assert_allclose(gv, 2 * yv.reshape(2, 3, 3, 2, 4).sum(axis=(1, 3)))
+
+
+def test_a_slice_of_a_variable_can_be_assigned_as_in_tf1():
+    # TF1: v[0].assign(7.0), v[1:].assign(...), m[:, 1].assign(...), v[i].assign(...)
+    # write into the variable and give its new value; dcf: "'Tensor' object has no
+    # attribute 'assign'"
+    g = dcf.Graph()
+    with g.as_default():
+        v = dcf.Variable([1.0, 2.0, 3.0])
+        m = dcf.Variable(np.zeros((2, 3), np.float32))
+        i = dcf.placeholder(dcf.int32, [])
+        first, rest = v[0].assign(7.0), v[1:].assign([8.0, 9.0])
+        column, row = m[:, 1].assign([1.0, 2.0]), m[i].assign(dcf.ones([3]) * 5.0)
+        with pytest.raises(ValueError, match=r"^ResourceStridedSliceAssign 'Variable/"
+                           r"AssignSlice': cannot assign a value of shape \[2\] to a "
+                           r"slice of shape \[\]"):
+            v[0].assign([1.0, 2.0])
+        with pytest.raises(AttributeError, match="is a value, not a Variable"):
+            dcf.constant([1.0, 2.0])[0].assign(1.0)
+        p = dcf.placeholder(dcf.float32, None)
+        bad = v[1:].assign(p)
+    assert first.shape == (3,) and row.shape == (2, 3)
+    with dcf.Session(graph=g) as sess:
+        sess.run(dcf.variables_initializer([v, m]))
+        before = sess.run(v)
+        assert sess.run(first).tolist() == [7.0, 2.0, 3.0]
+        assert sess.run(rest).tolist() == [7.0, 8.0, 9.0]
+        assert before.tolist() == [1.0, 2.0, 3.0]   # a value read earlier stays as it was
+        sess.run(column)
+        assert sess.run(row, {i: 1}).tolist() == [[0.0, 1.0, 0.0], [5.0, 5.0, 5.0]]
+        with pytest.raises(dcf.errors.InvalidArgumentError,
+                           match=r"cannot assign a value of shape \[3\] to a slice of "
+                                 r"shape \[2\] of variable 'Variable'"):
+            sess.run(bad, {p: np.ones(3, np.float32)})
+        assert sess.run(v).tolist() == [7.0, 8.0, 9.0]
+
