@@ -159,7 +159,10 @@ class Tensor:
     def __len__(self) -> int:
         if self.shape and self.shape[0] is not None:
             return self.shape[0]
-        why = "a scalar" if self.shape == () else "with unknown first dimension"
+        if self.shape:
+            raise TypeError(f"len() of tensor '{self.name}' with unknown first dimension; "
+                            "dcf.shape(t)[0] is its size at run time")
+        why = "a scalar" if self.shape == () else "of unknown shape"
         raise TypeError(f"len() of tensor '{self.name}' {why}")
 
     __hash__ = object.__hash__

@@ -661,6 +661,17 @@ class Variable:
         return apply("ResourceStridedSliceAssign", [self.handle, value, *t.op.inputs[1:]],
                      name=name, key=t.op.attrs["key"], dtype=self.dtype, shape=self.shape)
 
+    def __len__(self) -> int:
+        # as a tensor's: the static size of the first dimension (TF1 refuses len() of
+        # both; numpy and eager TF give it)
+        if self.shape:
+            if self.shape[0] is not None:
+                return self.shape[0]
+            raise TypeError(f"len() of variable '{self.name}' with unknown first dimension; "
+                            "dcf.shape(v)[0] is its size at run time")
+        why = "of unknown shape" if self.shape is None else "a scalar"
+        raise TypeError(f"len() of variable '{self.name}' {why}")
+
     def scatter_update(self, indices: Any, updates: Any, name: str | None = None) -> Tensor:
         """Set rows: `v[indices] = updates` (returns the new value)."""
         return scatter_update(self, indices, updates, name=name)

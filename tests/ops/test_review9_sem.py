@@ -167,3 +167,16 @@ def test_a_slice_of_a_variable_can_be_assigned_as_in_tf1():
             sess.run(bad, {p: np.ones(3, np.float32)})
         assert sess.run(v).tolist() == [7.0, 8.0, 9.0]
 
+
+def test_len_of_a_variable_is_its_tensors():
+    # len(t) of a tensor is its static first dim; len(v) of a Variable was Python's
+    # "object of type 'Variable' has no len()"
+    g = dcf.Graph()
+    with g.as_default():
+        v, t = dcf.Variable(np.zeros((4, 2))), dcf.zeros([4, 2])
+        s, u = dcf.Variable(1.0), dcf.placeholder(dcf.float32, [None, 2])
+    assert len(v) == len(t) == 4
+    with pytest.raises(TypeError, match=r"len\(\) of variable 'Variable_1' a scalar"):
+        len(s)
+    with pytest.raises(TypeError, match=r"unknown first dimension; dcf.shape\(t\)\[0\]"):
+        len(u)
