@@ -22,6 +22,7 @@ from dcf.ops.gpu_kernels import concat_gpu, split_gpu
 from dcf.ops.registry import (
     OpDef,
     RegisterGradient,
+    _holds_tensor,
     apply,
     as_value,
     binary_infer,
@@ -696,7 +697,9 @@ def _pack_grad(op, g):
 
 def stack(values: Any, axis: int = 0, name: str | None = None) -> Tensor:
     """``np.stack(values, axis)``: join same-shaped tensors along a new axis."""
-    values = list(values)
+    # a list holding tensors, as TF1: packed first (stack([[n, 0], [1, 1]]))
+    values = [convert_to_tensor(v) if isinstance(v, (list, tuple)) and _holds_tensor(v)
+              else v for v in values]
     if not any(_is_tensorlike(v) for v in values):
         packed = np.stack([np.asarray(v) for v in values], axis=axis)
         if not any(isinstance(v, (np.ndarray, np.generic)) for v in values):
@@ -876,7 +879,8 @@ def split(
 
 # ------------------------------------------------------------------ slice, pad
 def _slice_infer(
-    x: TensorType, *dyn: TensorType, begin: tuple | None, size: tuple | None
+    x: TensorType, *dyn: TensorType, begin: tuple | None, size: tuple | None,
+    size_hint: tuple | None = None
 ) -> TensorType:
     b, s = _fill_dyn(dyn, begin, size)
     n = [
@@ -890,6 +894,9 @@ def _slice_infer(
     if r is None:
         return TensorType(x.dtype, None)
     if not isinstance(s, tuple):
+        # the sizes known at build time, as TF1 (slice(g, begin, shape(x)): x's dims)
+        if size_hint is not None and len(size_hint) == r:
+            return TensorType(x.dtype, tuple(size_hint))
         return TensorType(x.dtype, (None,) * r)
     dims = x.shape or (None,) * r
     out = []
@@ -911,7 +918,7 @@ def _slice_infer(
     return TensorType(x.dtype, tuple(out))
 
 
-def _slice(xp, x, *dyn, begin, size):
+def _slice(xp, x, *dyn, begin, size, size_hint=None):
     begin, size = (_ints(v) for v in _fill_dyn(dyn, begin, size))
     _check_rank(x, len(begin), "begin")
     _check_rank(x, len(size), "size")
@@ -950,13 +957,17 @@ def _slice_grad(op, g):
 def slice(input_: Any, begin: Any, size: Any, name: str | None = None) -> Tensor:
     """``input_[b0:b0+s0, b1:b1+s1, ...]``; a size of -1 takes the rest of that axis."""
     b_static, _, b_dyn = _shape_arg(begin)
-    s_static, _, s_dyn = _shape_arg(size)
+    s_static, s_hint, s_dyn = _shape_arg(size)
     dyn = [t for t in (b_dyn, s_dyn) if t is not None]
+    if s_hint is not None:
+        return apply("Slice", [input_, *dyn], name, begin=b_static, size=s_static,
+                     size_hint=s_hint)
     return apply("Slice", [input_, *dyn], name, begin=b_static, size=s_static)
 
 
 def _pad_infer(
-    x: TensorType, *dyn: TensorType, paddings: tuple | None, constant_values: Any
+    x: TensorType, *dyn: TensorType, paddings: tuple | None, constant_values: Any,
+    hint: tuple | None = None
 ) -> TensorType:
     if paddings is None:
         p = dyn[0]
@@ -964,7 +975,16 @@ def _pad_infer(
         if p.shape is not None and (len(p.shape) != 2 or p.shape[1] not in (2, None)):
             raise InvalidArgumentError(f"paddings must have shape [rank, 2], got {p}")
         r = x.rank if x.rank is not None else p.shape[0] if p.shape else None
-        return TensorType(x.dtype, None if r is None else (None,) * r)
+        if r is None:
+            return TensorType(x.dtype, None)
+        if hint is None or len(hint) != r:
+            return TensorType(x.dtype, (None,) * r)
+        # the rows known at build time (hint), as TF1: pad(x, [[0, n], [0, 0]]) of a
+        # [?, 5] is [?, 5]
+        dims = x.shape or (None,) * r
+        return TensorType(x.dtype, tuple(
+            None if d is None or a is None or b is None else d + a + b
+            for d, (a, b) in zip(dims, hint)))
     if x.shape is not None and len(paddings) != x.rank:
         raise InvalidArgumentError(f"paddings has {len(paddings)} rows for {x}")
     if any(a < 0 or b < 0 for a, b in paddings):
@@ -975,7 +995,7 @@ def _pad_infer(
     )
 
 
-def _pad(xp, x, *dyn, paddings, constant_values):
+def _pad(xp, x, *dyn, paddings, constant_values, hint=None):
     if paddings is None:
         paddings = [tuple(row) for row in dyn[0].tolist()]
     _check_rank(x, len(paddings), "paddings")
@@ -1021,9 +1041,16 @@ def pad(
         raise TypeError(f"pad: constant_values={cv.item()!r} is not a {t_dtype} value "
                         "(it would be truncated)")
     constant_values = cv.item()  # a plain number in the attrs
+    if isinstance(paddings, (list, tuple)) and _holds_tensor(paddings):
+        paddings = convert_to_tensor(paddings)   # [[0, n], [0, 0]] with a tensor n, as TF1
     if _is_tensorlike(paddings) and constant_value(paddings) is None:
+        p = convert_to_tensor(paddings)
+        rows = [_shape_hint(r) for r in p.op.inputs] if p.op.type == "Pack" and \
+            p.op.attrs["axis"] == 0 and p.dtype.is_integer else None
+        hint = tuple(rows) if rows and all(r is not None and len(r) == 2 for r in rows) \
+            else None
         return apply(
-            "Pad", [tensor, paddings], name, paddings=None, constant_values=constant_values
+            "Pad", [tensor, p], name, paddings=None, constant_values=constant_values, hint=hint
         )
     arr = np.asarray(constant_value(paddings) if _is_tensorlike(paddings) else paddings)
     if arr.size == 0:

@@ -50,6 +50,7 @@ from dcf.ops.gpu_kernels import batch_matmul_gpu, matmul_gpu, sum_gpu
 from dcf.ops.registry import (
     OpDef,
     RegisterGradient,
+    _holds_tensor,
     apply,
     as_value,
     binary_infer,
@@ -137,6 +138,11 @@ def _const_like(value: Any, dtype: dtypes.DType, graph: Any) -> Tensor:
 
 def _pair(x: Any, y: Any) -> tuple[Tensor, Tensor]:
     """Both operands as tensors; a non-tensor takes the other operand's dtype."""
+    # a list holding tensors is packed into one, as TF1 (x + [n, 1.0])
+    if isinstance(x, (list, tuple)) and _holds_tensor(x):
+        x = convert_to_tensor(x)
+    if isinstance(y, (list, tuple)) and _holds_tensor(y):
+        y = convert_to_tensor(y)
     xt, yt = _is_tensorlike(x), _is_tensorlike(y)
     if xt:
         x = convert_to_tensor(x)

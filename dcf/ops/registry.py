@@ -209,7 +209,41 @@ def convert_to_tensor(value: Any, dtype: Any = None, name: str | None = None) ->
     conv = getattr(value, "_as_tensor", None)
     if conv is not None:
         return conv()
+    if isinstance(value, (list, tuple)) and _holds_tensor(value):
+        return _autopack(value, dtype, name)
     return constant(value, dtype=dtype, name=name)
+
+
+def _is_tensorlike(v: Any) -> bool:
+    return isinstance(v, Tensor) or getattr(v, "_as_tensor", None) is not None
+
+
+def _holds_tensor(value: Any) -> bool:
+    """Whether a (nested) list or tuple holds a tensor (or a Variable) somewhere."""
+    return any(_is_tensorlike(v) or isinstance(v, (list, tuple)) and _holds_tensor(v)
+               for v in value)
+
+
+def _first_tensor(value: Any) -> Any:
+    for v in value:
+        if _is_tensorlike(v):
+            return v
+        if isinstance(v, (list, tuple)) and _holds_tensor(v):
+            return _first_tensor(v)
+    return None
+
+
+def _autopack(value: Any, dtype: Any, name: str | None) -> Tensor:
+    """A (nested) list holding tensors as one tensor, a Pack per level, as TF's
+    convert_to_tensor packs them (tf.pad(x, [[0, n], [0, 0]]) with a tensor n): the
+    Python numbers in it take the tensors' dtype."""
+    first = _first_tensor(value)
+    if dtype is None:
+        dtype = first.dtype
+    g = graph_of([first])
+    parts = [_autopack(v, dtype, None) if isinstance(v, (list, tuple)) and _holds_tensor(v)
+             else convert_in(v, g, dtype) for v in value]
+    return apply("Pack", parts, name=name or "packed", axis=0)
 
 
 def constant_value(t: Any) -> Any:

@@ -180,3 +180,29 @@ def test_len_of_a_variable_is_its_tensors():
         len(s)
     with pytest.raises(TypeError, match=r"unknown first dimension; dcf.shape\(t\)\[0\]"):
         len(u)
+
+
+def test_a_list_holding_tensors_is_packed_as_in_tf1():
+    # TF1 packs [[0, n], [0, 0]] with a tensor n into one tensor wherever a tensor is
+    # taken (tf.pad(x, [[0, n], [0, 0]]), stack, x + [a, 1.0]); dcf failed with "cannot
+    # convert the symbolic tensor ... to a numpy array"
+    g = dcf.Graph()
+    with g.as_default():
+        x = dcf.placeholder(dcf.float32, [None, 5])
+        n = dcf.placeholder(dcf.int32, [])
+        f = dcf.placeholder(dcf.float32, [])
+        padded = dcf.pad(x, [[0, n - dcf.shape(x)[0]], [1, 0]])
+        rows = dcf.stack([[n, 0], [1, 1]])
+        shifted = x[0] + [f, f, 1.0, 2, 0.5]
+        packed = dcf.convert_to_tensor([[n, 2], [3, n]])
+        (gx,) = dcf.gradients(dcf.reduce_sum(padded * padded), [x])
+    # static shapes as TF1's: the padding of axis 1 is known, so is the gradient's shape
+    assert (padded.shape, rows.shape, shifted.shape, packed.shape, gx.shape) == \
+        ((None, 6), (2, 2), (5,), (2, 2), (None, 5))
+    xv = np.arange(10, dtype=np.float32).reshape(2, 5)
+    with dcf.Session(graph=g) as sess:
+        p, r, s, k, gv = sess.run([padded, rows, shifted, packed, gx], {x: xv, n: 4, f: 3.0})
+    np.testing.assert_array_equal(p, np.pad(xv, [[0, 2], [1, 0]]))
+    assert r.tolist() == [[4, 0], [1, 1]] and k.tolist() == [[4, 2], [3, 4]]
+    np.testing.assert_array_equal(s, xv[0] + [3.0, 3.0, 1.0, 2.0, 0.5])
+    np.testing.assert_array_equal(gv, 2 * xv)
