@@ -880,7 +880,7 @@ def split(
 # ------------------------------------------------------------------ slice, pad
 def _slice_infer(
     x: TensorType, *dyn: TensorType, begin: tuple | None, size: tuple | None,
-    size_hint: tuple | None = None
+    size_hint: tuple | None = None, begin_hint: tuple | None = None
 ) -> TensorType:
     b, s = _fill_dyn(dyn, begin, size)
     n = [
@@ -900,6 +900,8 @@ def _slice_infer(
         return TensorType(x.dtype, (None,) * r)
     dims = x.shape or (None,) * r
     out = []
+    if not isinstance(b, tuple) and begin_hint is not None and len(begin_hint) == r:
+        b = tuple(begin_hint)   # the begins known at build time (x[:, t] keeps x's others)
     for i in _pyrange(r):
         bi = b[i] if isinstance(b, tuple) else None
         d, si = dims[i], s[i]
@@ -918,7 +920,7 @@ def _slice_infer(
     return TensorType(x.dtype, tuple(out))
 
 
-def _slice(xp, x, *dyn, begin, size, size_hint=None):
+def _slice(xp, x, *dyn, begin, size, size_hint=None, begin_hint=None):
     begin, size = (_ints(v) for v in _fill_dyn(dyn, begin, size))
     _check_rank(x, len(begin), "begin")
     _check_rank(x, len(size), "size")
@@ -956,13 +958,11 @@ def _slice_grad(op, g):
 
 def slice(input_: Any, begin: Any, size: Any, name: str | None = None) -> Tensor:
     """``input_[b0:b0+s0, b1:b1+s1, ...]``; a size of -1 takes the rest of that axis."""
-    b_static, _, b_dyn = _shape_arg(begin)
+    b_static, b_hint, b_dyn = _shape_arg(begin)
     s_static, s_hint, s_dyn = _shape_arg(size)
     dyn = [t for t in (b_dyn, s_dyn) if t is not None]
-    if s_hint is not None:
-        return apply("Slice", [input_, *dyn], name, begin=b_static, size=s_static,
-                     size_hint=s_hint)
-    return apply("Slice", [input_, *dyn], name, begin=b_static, size=s_static)
+    hints = {k: v for k, v in (("begin_hint", b_hint), ("size_hint", s_hint)) if v is not None}
+    return apply("Slice", [input_, *dyn], name, begin=b_static, size=s_static, **hints)
 
 
 def _pad_infer(

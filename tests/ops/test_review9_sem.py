@@ -206,3 +206,20 @@ def test_a_list_holding_tensors_is_packed_as_in_tf1():
     assert r.tolist() == [[4, 0], [1, 1]] and k.tolist() == [[4, 2], [3, 4]]
     np.testing.assert_array_equal(s, xv[0] + [3.0, 3.0, 1.0, 2.0, 0.5])
     np.testing.assert_array_equal(gv, 2 * xv)
+
+
+def test_a_slice_at_a_run_time_begin_keeps_the_dims_it_knows_as_tf1():
+    # slice(x, [0, t, 0], [-1, 1, -1]), a time step of [batch, time, features]: TF1
+    # gives [?, 1, 4]; dcf gave [?, 1, ?] (a -1 size at an unknown begin)
+    g = dcf.Graph()
+    with g.as_default():
+        x = dcf.placeholder(dcf.float32, [None, 3, 4])
+        t = dcf.placeholder(dcf.int32, [])
+        step = dcf.slice(x, [0, t, 0], [-1, 1, -1])
+        tail = dcf.slice(x, dcf.stack([t, 1, 2]), [-1, -1, -1])
+    assert (step.shape, tail.shape) == ((None, 1, 4), (None, 2, 2))
+    xv = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    with dcf.Session(graph=g) as sess:
+        sv, tv = sess.run([step, tail], {x: xv, t: 1})
+    np.testing.assert_array_equal(sv, xv[:, 1:2])
+    np.testing.assert_array_equal(tv, xv[1:, 1:, 2:])
