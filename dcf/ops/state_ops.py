@@ -453,24 +453,23 @@ def _slice_assign_kernel(xp, handle, value, *dyn, key, dtype, shape=None):
 _SLICES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _tensor_getattr(self: Tensor, item: str) -> Any:
-    # (called only when a Tensor has no such attribute)
-    if item == "assign":
-        hit = _SLICES.get(self)
-        if hit is not None:
-            var = hit
-
-            def assign(value: Any, name: str | None = None) -> Tensor:
-                return var._assign_slice(self, value, name)
-            return assign
+def _slice_assign(self: Tensor) -> Any:
+    """``t.assign`` of a tensor: the assign of a Variable's slice v[key]; any other
+    tensor has none (an AttributeError saying why, so hasattr(t, "assign") is False)."""
+    var = _SLICES.get(self)
+    if var is None:
         raise AttributeError(
             f"'Tensor' object has no attribute 'assign': '{self.name}' is a value, not a "
             "Variable; assign to a Variable v (v.assign), or to a slice of one "
             "(v[i].assign, v[1:3].assign)")
-    raise AttributeError(f"'Tensor' object has no attribute '{item}'")
+
+    def assign(value: Any, name: str | None = None) -> Tensor:
+        return var._assign_slice(self, value, name)
+    return assign
 
 
-setattr(Tensor, "__getattr__", _tensor_getattr)  # noqa: B010
+# (a property, not a __getattr__, so that other attribute lookups on tensors cost nothing)
+setattr(Tensor, "assign", property(_slice_assign))  # noqa: B010
 
 
 def _var_handle_infer(*, var_name, dtype, shape):
