@@ -462,8 +462,15 @@ def while_loop(cond: Callable[..., Any], body: Callable[..., Any], loop_vars: An
     """
     if not callable(cond) or not callable(body):
         raise TypeError("while_loop: cond and body must be callables")
-    if int(parallel_iterations) < 1:
-        raise ValueError(f"while_loop: parallel_iterations must be >= 1, got {parallel_iterations}")
+    if isinstance(parallel_iterations, (bool, np.bool_)) or \
+            not isinstance(parallel_iterations, (int, np.integer)):
+        # (int() cut 2.5 to 2, and None gave int()'s own TypeError naming no op; TF1
+        # refuses both)
+        raise TypeError(f"while_loop{f' {name!r}' if name else ''}: parallel_iterations must "
+                        f"be an integer >= 1, got {parallel_iterations!r}")
+    if parallel_iterations < 1:
+        raise ValueError(f"while_loop{f' {name!r}' if name else ''}: parallel_iterations must "
+                         f"be >= 1, got {parallel_iterations}")
     single = not nest.is_nested(loop_vars)
     structure = [loop_vars] if single else loop_vars
     leaves = nest.flatten(structure)
