@@ -414,6 +414,8 @@ def _reshape_infer(
         )
     total = _prod(x.shape) if _known(x.shape) else None
     known = _prod(d for d in shape if d != -1)
+    if -1 in shape and total == 0 and known == 0:
+        return TensorType(x.dtype, _empty_target(x.shape, shape))
     if -1 in shape:
         if total is not None and (known == 0 or total % known):
             raise InvalidArgumentError(
@@ -429,9 +431,27 @@ def _reshape_infer(
     return TensorType(x.dtype, tuple(shape))
 
 
+def _empty_target(in_shape: tuple, shape: tuple) -> tuple:
+    """TF's -1 of a reshape of no elements into a shape with a 0 in it, where numpy's
+    "0 is not a multiple of 0" raises: the product of the input's nonzero dimensions
+    divided by that of the target's (a [0, 3, 4] batch into [0, -1] is [0, 12])."""
+    nonzero = _prod(d for d in in_shape if d)
+    known = _prod(d for d in shape if d > 0)
+    return tuple(nonzero // known if d == -1 else d for d in shape)
+
+
+def _reshape_to(x, shape):
+    try:
+        return x.reshape(shape)
+    except ValueError:
+        if x.size or 0 not in shape or -1 not in shape:
+            raise
+        return x.reshape(_empty_target(x.shape, tuple(shape)))
+
+
 def _reshape(xp, x, *dyn, shape, hint=None):
     # the method skips np.reshape's Python-level dispatch (~1 us of a ~1.4 us call)
-    out = x.reshape(shape if shape is not None else _ints(dyn[0]))
+    out = _reshape_to(x, shape if shape is not None else _ints(dyn[0]))
     return out[()] if out.ndim == 0 else out
 
 
@@ -451,7 +471,10 @@ def _bind_reshape(xp, *, shape, hint=None):
         return reshape_to_scalar
 
     def reshape(x):
-        return x.reshape(shape)
+        try:
+            return x.reshape(shape)
+        except ValueError:   # no elements into a shape with a 0 and a -1
+            return _reshape_to(x, shape)
 
     return reshape
 

@@ -1,0 +1,36 @@
+"""Review 9, op-by-op against TF1: values, static shapes and gradients where dcf differed
+(each expected value checked against tf.compat.v1 in graph mode)."""
+
+import numpy as np
+import pytest
+
+import dcf
+
+
+def _run(fetches, feed=None, graph=None):
+    with dcf.Session(graph) as sess:
+        return sess.run(fetches, feed)
+
+
+def test_reshape_of_an_empty_batch_with_minus_one_as_tf1():
+    # flattening a batch that happens to be empty: TF1 gives [0, 12]; numpy's reshape
+    # (0 into (0, -1)) raised "cannot reshape array of size 0"
+    g = dcf.Graph()
+    with g.as_default():
+        x = dcf.placeholder(dcf.float32, [None, 3, 4])
+        flat = dcf.reshape(x, [dcf.shape(x)[0], -1])
+        static = dcf.reshape(x, [0, -1])
+        loss = dcf.reduce_sum(dcf.matmul(flat, dcf.ones([12, 2])))
+        (gx,) = dcf.gradients(loss, [x])
+        c = dcf.zeros([0, 4])
+        consts = [dcf.reshape(c, s) for s in ([0, -1], [-1, 0], [2, -1, 0], [-1, 2])]
+    assert static.shape == (0, None)
+    # TF1's rule: the product of the input's nonzero dimensions over the target's
+    assert [t.shape for t in consts] == [(0, 4), (4, 0), (2, 2, 0), (0, 2)]
+    empty = np.zeros((0, 3, 4), np.float32)
+    fv, sv, gv, cv = _run([flat, static, gx, consts], {x: empty}, g)
+    assert fv.shape == (0, 12) and sv.shape == (0, 12) and gv.shape == (0, 3, 4)
+    assert [v.shape for v in cv] == [(0, 4), (4, 0), (2, 2, 0), (0, 2)]
+    # a batch that is not empty still cannot go into [0, -1]
+    with pytest.raises(dcf.errors.InvalidArgumentError, match="Reshape 'Reshape_1'"):
+        _run(static, {x: np.zeros((1, 3, 4), np.float32)}, g)
