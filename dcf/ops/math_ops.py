@@ -970,8 +970,8 @@ def _int_mean(xp, x, axis, keepdims):
     acc = x.dtype if x.dtype.itemsize == 8 else np.dtype(x.dtype.kind + "8")
     s = x.sum(axis=axis, dtype=acc, keepdims=keepdims)
     n = x.size // builtins.max(s.size, 1)
-    if n == 0:   # an empty mean: numpy's 0 / 0 (TF's integer division by zero)
-        out = x.mean(axis=axis, dtype=x.dtype, keepdims=keepdims)
+    if n == 0:   # a mean of no integers is 0, as TF's (numpy's 0 / 0 cast was INT_MIN)
+        out = xp.zeros_like(s, dtype=x.dtype)
     else:
         q = s // n
         out = (q + ((s < 0) & (q * n != s))).astype(x.dtype)   # floor to truncation

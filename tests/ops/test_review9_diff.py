@@ -34,3 +34,22 @@ def test_reshape_of_an_empty_batch_with_minus_one_as_tf1():
     # a batch that is not empty still cannot go into [0, -1]
     with pytest.raises(dcf.errors.InvalidArgumentError, match="Reshape 'Reshape_1'"):
         _run(static, {x: np.zeros((1, 3, 4), np.float32)}, g)
+
+
+def test_integer_mean_of_no_elements_is_zero_as_tf1():
+    # TF1 gives 0; numpy's 0 / 0 cast to int32 was -2147483648 (and warned)
+    g = dcf.Graph()
+    with g.as_default():
+        x = dcf.placeholder(dcf.int32, [None, 3])
+        y = dcf.placeholder(dcf.int64, [None])
+        outs = [dcf.reduce_mean(x), dcf.reduce_mean(x, axis=0),
+                dcf.reduce_mean(x, axis=0, keepdims=True), dcf.reduce_mean(y)]
+    feed = {x: np.zeros((0, 3), np.int32), y: np.zeros((0,), np.int64)}
+    all_, cols, kept, v = _run(outs, feed, g)
+    assert all_ == 0 and all_.dtype == np.int32 and np.ndim(all_) == 0
+    np.testing.assert_array_equal(cols, np.zeros(3, np.int32))
+    assert cols.dtype == np.int32
+    np.testing.assert_array_equal(kept, np.zeros((1, 3), np.int32))
+    assert v == 0 and v.dtype == np.int64
+    # non-empty integer means still truncate toward 0
+    assert _run(dcf.reduce_mean(dcf.constant([-3, -4]))) == -3
