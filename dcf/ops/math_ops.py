@@ -468,6 +468,10 @@ def _quiet_overflow(xp):
 def _sigmoid(xp, x):
     # 1/(1+exp(-x)) in place: as fast as 0.5*tanh(0.5x)+0.5 (4 ufunc calls on 64x64) and,
     # unlike it, accurate relative to tiny results for very negative x
+    if x.dtype == np.float16:
+        # in float16 exp(-x) overflows for x < -11.1, where sigmoid is still 1.5e-5 (and
+        # representable down to x = -17.3): computed in float32 and rounded, as TF's
+        return _sigmoid(xp, x.astype(np.float32)).astype(np.float16)
     with _quiet_overflow(xp):
         if x.ndim == 0:
             return 1 / (1 + xp.exp(-x))

@@ -53,3 +53,25 @@ def test_integer_mean_of_no_elements_is_zero_as_tf1():
     assert v == 0 and v.dtype == np.int64
     # non-empty integer means still truncate toward 0
     assert _run(dcf.reduce_mean(dcf.constant([-3, -4]))) == -3
+
+
+def test_float16_sigmoid_of_very_negative_inputs_as_tf1():
+    # exp(12) overflows float16, so 1 / (1 + exp(-x)) was 0 for x < -11.1 (and its
+    # gradient too) where TF1 gives sigmoid's value rounded to float16: 6.14e-06 at -12
+    g = dcf.Graph()
+    with g.as_default():
+        x = dcf.placeholder(dcf.float16, [None])
+        s = dcf.placeholder(dcf.float16, [])
+        y = dcf.sigmoid(x)
+        (dx,) = dcf.gradients(y, [x])
+        ys = dcf.sigmoid(s)
+    xv = np.array([-17.0, -14.0, -12.0, -11.5, -3.0, 0.0, 4.0, 12.0], np.float16)
+    yv, dxv, ysv = _run([y, dx, ys], {x: xv, s: np.float16(-12.0)}, g)
+    ref = 1 / (1 + np.exp(-xv.astype(np.float64)))
+    assert yv.dtype == np.float16 and dxv.dtype == np.float16
+    # within half a float16 ulp (6e-08 among the subnormals below 6.1e-05)
+    np.testing.assert_allclose(yv, ref, rtol=1e-3, atol=3e-8)
+    # (for x > 0, y * (1 - y) keeps float16's rounding of y near 1, in TF1 as here)
+    np.testing.assert_allclose(dxv[:5], (ref * (1 - ref))[:5], rtol=3e-3, atol=6e-8)
+    assert ysv.dtype == np.float16 and np.ndim(ysv) == 0
+    np.testing.assert_allclose(ysv, ref[2], rtol=2e-3)
