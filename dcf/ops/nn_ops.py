@@ -182,6 +182,13 @@ def _sparse_xent_infer(logits: TensorType, labels: TensorType) -> list[TensorTyp
 
 
 def _sparse_xent(xp, logits, labels):
+    if logits.ndim == 0 or labels.shape != logits.shape[:-1]:
+        # (numpy's indexing below would broadcast labels of another shape: a loss per
+        # row from one label, and a backprop that does not match it)
+        raise InvalidArgumentError(
+            f"labels of shape {list(labels.shape)} must have the shape of the logits, "
+            f"{list(logits.shape)}, without its last axis"
+        )
     n = logits.shape[-1]
     flat = labels.reshape(-1)
     if flat.size and (int(flat.min()) < 0 or int(flat.max()) >= n):

@@ -75,3 +75,24 @@ def test_float16_sigmoid_of_very_negative_inputs_as_tf1():
     np.testing.assert_allclose(dxv[:5], (ref * (1 - ref))[:5], rtol=3e-3, atol=6e-8)
     assert ysv.dtype == np.float16 and np.ndim(ysv) == 0
     np.testing.assert_allclose(ysv, ref[2], rtol=2e-3)
+
+
+@pytest.mark.parametrize("labels, logits", [
+    (np.array([1], np.int32), np.zeros((2, 4), np.float32)),       # one label, two rows
+    (np.array(1, np.int32), np.zeros((2, 4), np.float32)),         # a scalar label
+    (np.array([[1]], np.int32), np.zeros((2, 4), np.float32)),     # labels of another rank
+    (np.array([1, 2], np.int32), np.zeros((2, 1, 4), np.float32)),
+    (np.array([1, 0, 2], np.int32), np.zeros((2, 4), np.float32)),
+])
+def test_sparse_cross_entropy_refuses_labels_of_another_shape_at_run_time(labels, logits):
+    # shapes unknown when the graph is built: TF1's kernel refuses labels that are not
+    # logits.shape[:-1]; numpy's fancy indexing broadcast them (a loss per row from one
+    # label, a gradient that did not match that loss, or a [1, 2] loss for [1, 1] labels)
+    g = dcf.Graph()
+    with g.as_default():
+        lab = dcf.placeholder(dcf.int32, None)
+        lg = dcf.placeholder(dcf.float32, None)
+        loss = dcf.nn.sparse_softmax_cross_entropy_with_logits(labels=lab, logits=lg)
+    with pytest.raises(dcf.errors.InvalidArgumentError,
+                       match=r"SparseSoftmaxCrossEntropyWithLogits '.*': labels of shape "):
+        _run(loss, {lab: labels, lg: logits}, g)
