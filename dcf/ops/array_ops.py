@@ -1386,6 +1386,11 @@ def _uss_infer(
 
 
 def _uss(xp, data, ids, *dyn, num_segments):
+    if data.shape[:ids.ndim] != ids.shape:
+        # (np.add.at would broadcast data over the ids: a gradient of another shape)
+        raise InvalidArgumentError(
+            f"segment_ids of shape {list(ids.shape)} must be a prefix of the data's "
+            f"shape, {list(data.shape)}")
     n = num_segments if num_segments is not None else int(dyn[0])
     out = xp.zeros((n,) + data.shape[ids.ndim :], dtype=data.dtype)
     xp.add.at(out, ids, data)
@@ -1475,6 +1480,14 @@ def _scatter_nd_infer(
 
 def _scatter_nd(xp, indices, updates, *dyn, shape, hint=None):
     out = xp.zeros(shape if shape is not None else _ints(dyn[0]), dtype=updates.dtype)
+    if indices.ndim == 0:
+        raise InvalidArgumentError("indices must have rank >= 1, got a scalar")
+    want = indices.shape[:-1] + out.shape[indices.shape[-1]:]
+    if updates.shape != want:
+        # (np.add.at would broadcast them: a gradient of another shape than the updates)
+        raise InvalidArgumentError(
+            f"updates must have shape {list(want)} for indices of shape "
+            f"{list(indices.shape)} and shape {list(out.shape)}, got {list(updates.shape)}")
     if indices.shape[-1] == 0:
         # empty index tuples each address all of the output: every update adds to it
         out += updates.reshape((-1,) + out.shape).sum(axis=0, dtype=updates.dtype)

@@ -96,3 +96,49 @@ def test_sparse_cross_entropy_refuses_labels_of_another_shape_at_run_time(labels
     with pytest.raises(dcf.errors.InvalidArgumentError,
                        match=r"SparseSoftmaxCrossEntropyWithLogits '.*': labels of shape "):
         _run(loss, {lab: labels, lg: logits}, g)
+
+
+def _grad_case(build, feeds):
+    """Runs build(*placeholders of unknown shape) and the gradient of its square's sum."""
+    g = dcf.Graph()
+    with g.as_default():
+        phs = [dcf.placeholder(dcf.as_dtype(np.asarray(v).dtype), None) for v in feeds]
+        y = build(*phs)
+        grads = dcf.gradients(dcf.reduce_sum(y * y), [p for p in phs if p.dtype.is_floating])
+    return g, [y] + grads, dict(zip(phs, feeds))
+
+
+@pytest.mark.parametrize("what, build, feeds", [
+    # shapes that static inference refuses, fed at run time: numpy broadcast them, so
+    # the op ran and the gradient of an input had the shape of the broadcast (here
+    # [2, 3] for updates of [1, 3], [3, 2] for data of [1, 2])
+    ("ScatterNd", lambda i, u: dcf.scatter_nd(i, u, [4, 3]),
+     [np.array([[1], [2]], np.int32), np.ones((1, 3), np.float32)]),
+    ("ScatterNd", lambda i, u: dcf.scatter_nd(i, u, [4, 3]),
+     [np.array([[1], [2]], np.int32), np.float32(1)]),
+    ("UnsortedSegmentSum", lambda d, s: dcf.unsorted_segment_sum(d, s, 3),
+     [np.ones((1, 2), np.float32), np.array([0, 1, 1], np.int32)]),
+    ("UnsortedSegmentSum", lambda d, s: dcf.unsorted_segment_sum(d, s, 3),
+     [np.ones((3,), np.float32), np.array([[0, 1, 1], [0, 0, 2]], np.int32)]),
+])
+def test_scatter_nd_and_segment_sum_refuse_broadcasting_at_run_time(what, build, feeds):
+    # TF1's kernels refuse these shapes (scatter_nd: updates of indices.shape[:-1] +
+    # shape[depth:]; unsorted_segment_sum: ids a prefix of data's shape)
+    g, fetches, feed = _grad_case(build, feeds)
+    with pytest.raises(dcf.errors.InvalidArgumentError, match=f"{what} '{what}'"):
+        _run(fetches, feed, g)
+
+
+def test_scatter_nd_and_segment_sum_of_matching_shapes_still_run():
+    for build, feeds in [
+        (lambda i, u: dcf.scatter_nd(i, u, [4, 3]),
+         [np.array([[1], [1]], np.int32), np.ones((2, 3), np.float32)]),
+        (lambda i, u: dcf.scatter_nd(i, u, [4, 3]),
+         [np.array([[1, 2], [3, 0]], np.int32), np.ones((2,), np.float32)]),
+        (lambda d, s: dcf.unsorted_segment_sum(d, s, 3),
+         [np.ones((3, 2), np.float32), np.array([0, 2, 2], np.int32)]),
+    ]:
+        g, fetches, feed = _grad_case(build, feeds)
+        y, *grads = _run(fetches, feed, g)
+        floats = [v for v in feeds if np.asarray(v).dtype.kind == "f"]
+        assert [gv.shape for gv in grads] == [np.shape(v) for v in floats]
