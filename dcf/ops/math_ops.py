@@ -718,6 +718,12 @@ def _add_n_infer(*xs: TensorType) -> TensorType:
 
 def _add_n(xp, *xs):
     out = xs[0]
+    for x in xs[1:]:
+        if x.shape != out.shape:
+            # (numpy would broadcast: a sum of another shape than an input, whose
+            # gradient, the sum's, is then not of that input's shape)
+            raise InvalidArgumentError(
+                f"inputs differ in shape: {list(out.shape)} vs {list(x.shape)}")
     for i, x in enumerate(xs[1:]):
         # from the second addition on, `out` is our own buffer: accumulate in place
         out = xp.add(out, x, out=out) if i and out.ndim else out + x

@@ -129,7 +129,20 @@ def test_scatter_nd_and_segment_sum_refuse_broadcasting_at_run_time(what, build,
         _run(fetches, feed, g)
 
 
-def test_scatter_nd_and_segment_sum_of_matching_shapes_still_run():
+@pytest.mark.parametrize("feeds", [
+    [np.ones((2, 3), np.float32), np.ones((3,), np.float32)],
+    [np.ones((3,), np.float32), np.ones((2, 3), np.float32), np.ones((2, 3), np.float32)],
+])
+def test_add_n_refuses_inputs_of_another_shape_at_run_time(feeds):
+    # shapes static inference refuses, fed at run time: numpy broadcast them, so the sum
+    # had the broadcast's shape and so did the gradient of the [3] input (its gradient
+    # is the sum's); TF1's AddN kernel refuses inputs of different shapes
+    g, fetches, feed = _grad_case(lambda *xs: dcf.add_n(list(xs)), feeds)
+    with pytest.raises(dcf.errors.InvalidArgumentError, match="AddN 'AddN'"):
+        _run(fetches, feed, g)
+
+
+def test_scatter_nd_segment_sum_and_add_n_of_matching_shapes_still_run():
     for build, feeds in [
         (lambda i, u: dcf.scatter_nd(i, u, [4, 3]),
          [np.array([[1], [1]], np.int32), np.ones((2, 3), np.float32)]),
@@ -137,6 +150,7 @@ def test_scatter_nd_and_segment_sum_of_matching_shapes_still_run():
          [np.array([[1, 2], [3, 0]], np.int32), np.ones((2,), np.float32)]),
         (lambda d, s: dcf.unsorted_segment_sum(d, s, 3),
          [np.ones((3, 2), np.float32), np.array([0, 2, 2], np.int32)]),
+        (lambda a, b: dcf.add_n([a, b]), [np.ones((2, 3), np.float32)] * 2),
     ]:
         g, fetches, feed = _grad_case(build, feeds)
         y, *grads = _run(fetches, feed, g)
