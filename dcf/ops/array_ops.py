@@ -1683,6 +1683,9 @@ def _fill_infer(*ins: TensorType, dims: tuple | None, hint: tuple | None = None)
 
 
 def _fill(xp, *ins, dims, hint=None):
+    if ins[-1].ndim:
+        # (np.full would broadcast it: a value of another shape than its gradient's)
+        raise InvalidArgumentError(f"value must be a scalar, got shape {list(ins[-1].shape)}")
     return _s(xp.full(dims if dims is not None else _ints(ins[0]), ins[-1], dtype=ins[-1].dtype))
 
 

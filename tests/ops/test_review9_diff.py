@@ -156,3 +156,16 @@ def test_scatter_nd_segment_sum_and_add_n_of_matching_shapes_still_run():
         y, *grads = _run(fetches, feed, g)
         floats = [v for v in feeds if np.asarray(v).dtype.kind == "f"]
         assert [gv.shape for gv in grads] == [np.shape(v) for v in floats]
+
+
+def test_fill_refuses_a_value_that_is_not_a_scalar_at_run_time():
+    # shape inference refuses a vector value; fed at run time np.full broadcast it along
+    # the last axis, and the value's gradient (a sum: a scalar) was not of its shape.
+    # TF1's Fill kernel refuses it
+    g, fetches, feed = _grad_case(lambda v: dcf.fill([2, 3], v), [np.ones(3, np.float32)])
+    with pytest.raises(dcf.errors.InvalidArgumentError, match="Fill 'Fill': value must be"):
+        _run(fetches, feed, g)
+    g, fetches, feed = _grad_case(lambda v: dcf.fill([2, 3], v), [np.float32(2)])
+    y, gv = _run(fetches, feed, g)
+    np.testing.assert_array_equal(y, np.full((2, 3), 2, np.float32))
+    assert gv == 24 and np.ndim(gv) == 0
