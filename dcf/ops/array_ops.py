@@ -1533,7 +1533,16 @@ def _one_hot_infer(
     return TensorType(on.dtype, indices.shape[:a] + (depth,) + indices.shape[a:])
 
 
+def _check_on_off(on, off):
+    # (where(hot, on, off) would broadcast a vector along the classes)
+    if on.ndim or off.ndim:
+        raise InvalidArgumentError(
+            f"on_value and off_value must be scalars, got shapes {list(on.shape)} and "
+            f"{list(off.shape)}")
+
+
 def _one_hot(xp, indices, on, off, *dyn, depth, axis):
+    _check_on_off(on, off)
     n = depth if depth is not None else int(dyn[0])
     if n < 0:
         raise InvalidArgumentError(f"depth must not be negative, got {n}")
@@ -1570,6 +1579,8 @@ def _bind_one_hot(xp, *, depth, axis):
         return table.take(indices if u is None else indices.view(u), axis=0, mode="clip")
 
     def one_hot(indices, on, off):
+        if on.ndim or off.ndim:
+            _check_on_off(on, off)
         if eye is not None and type(indices) is np.ndarray and indices.ndim and \
                 indices.dtype.char in unsigned and axis in (-1, indices.ndim):
             return by_table(indices, on, off)

@@ -169,3 +169,20 @@ def test_fill_refuses_a_value_that_is_not_a_scalar_at_run_time():
     y, gv = _run(fetches, feed, g)
     np.testing.assert_array_equal(y, np.full((2, 3), 2, np.float32))
     assert gv == 24 and np.ndim(gv) == 0
+
+
+@pytest.mark.parametrize("depth_known", [True, False])
+def test_one_hot_refuses_on_and_off_values_that_are_not_scalars_at_run_time(depth_known):
+    # shape inference refuses them; fed at run time, where(hot, on, off) used a vector
+    # on_value as one value per class ([[5, 0, 0], [0, 6, 0]]); TF1's OneHot refuses it
+    g = dcf.Graph()
+    with g.as_default():
+        i = dcf.placeholder(dcf.int32, None)
+        on = dcf.placeholder(dcf.float32, None)
+        d = dcf.placeholder(dcf.int32, [])
+        y = dcf.one_hot(i, 3 if depth_known else d, on_value=on, off_value=0.0)
+    feed = {i: [0, 1], d: 3}
+    with pytest.raises(dcf.errors.InvalidArgumentError, match="OneHot 'OneHot': on_value"):
+        _run(y, {**feed, on: np.array([5, 6, 7], np.float32)}, g)
+    np.testing.assert_array_equal(_run(y, {**feed, on: np.float32(5)}, g),
+                                  [[5, 0, 0], [0, 5, 0]])
