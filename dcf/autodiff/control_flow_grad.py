@@ -23,7 +23,7 @@ from dcf.autodiff.gradients import (GradState, _inside, captured_switches, diffe
 from dcf.autodiff.loop_state import GradCondContext, GradWhileContext, forward_counter
 from dcf.control_flow import CondInfo, WhileContext, cond, while_loop
 from dcf.graph import Operation, Tensor
-from dcf.ops.registry import GRADIENTS, RegisterGradient
+from dcf.ops.registry import RegisterGradient
 
 __all__ = ["cond_grad", "while_grad"]
 
@@ -156,14 +156,6 @@ def while_grad(state: GradState, w: WhileContext, inputs: list[Tensor],
     targets = _targets_inside(state, w)
     if not diff and not targets:
         return [None] * len(inputs), {}
-    # a loop variable from which no differentiable path leads to an exit with a gradient
-    # (a float counter only the predicate reads) gets None, as in TF1, not zeros: its
-    # gradient is zero in every iteration, and the body's walk leaves it out (a constant
-    # only it reads gets None too). While second-order gradients wait on stacks, they
-    # may enter the body there instead: every loop variable is differentiated.
-    exits_with_grad = {w.exits[k] for k in diff if out_grads[k] is not None}
-    reached_vars = {k for k in diff if state.stack_grads
-                    or _reaches_exit(w, w.enters[k].outputs[0], exits_with_grad)}
     count, sync = forward_counter(w)
     d0 = [out_grads[k] if out_grads[k] is not None else _zeros_like(exits[k]) for k in diff]
     acc0 = [_zeros_like(ce.inputs[0]) for ce in consts]
@@ -181,12 +173,11 @@ def while_grad(state: GradState, w: WhileContext, inputs: list[Tensor],
     reached: dict[str, list[bool]] = {}
 
     def body(n: Tensor, dvs: list, accs: list, taccs: list) -> tuple:
-        ys = [w.body_results[k] for k in diff if k in reached_vars]
-        dys = [dv for k, dv in zip(diff, dvs) if k in reached_vars]
+        ys = [w.body_results[k] for k in diff]
         bins = [w.body_inputs[k].outputs[0] for k in diff]
         cins = [ce.outputs[0] for ce in consts]
         with _grad_classes(g):  # nested constructs inside get their own classes
-            grads = vjp(state, ys, bins + cins + targets, dys, level=w,
+            grads = vjp(state, ys, bins + cins + targets, list(dvs), level=w,
                         through=set(targets))
         gb = grads[:len(bins)]
         gc = grads[len(bins):len(bins) + len(cins)]
@@ -244,34 +235,10 @@ def while_grad(state: GradState, w: WhileContext, inputs: list[Tensor],
         _colocate_loop_var(gv, t.op.device)
     in_grads: list = [None] * len(inputs)
     for k, gv in zip(diff, dv):
-        if k in reached_vars:
-            in_grads[k] = gv
+        in_grads[k] = gv
     for ce, gv, r in zip(consts, acc, reached["consts"]):
         in_grads[n_vars + w.const_enters.index(ce)] = gv if r else None
     return in_grads, {t: gv for t, gv, r in zip(targets, tacc, reached["targets"]) if r}
-
-
-def _reaches_exit(w: WhileContext, start: Tensor, exits: set) -> bool:
-    """Whether a differentiable path leads from `start` (a loop variable's Enter output)
-    to one of `exits`, over w's ops and those nested in it: not through ops without a
-    gradient (a comparison, stop_gradient, LoopCond), a Switch's predicate, or tensors
-    that carry none (ints, bools). Conservative: a path through an op whose gradient
-    rule may yet give None counts."""
-    seen, todo = {start}, [start]
-    while todo:
-        t = todo.pop()
-        for op in t.consumers():
-            if op in exits:
-                return True
-            if GRADIENTS.get(op.type, True) is None or op.type == "Exit" and op in w.exits:
-                continue
-            if op.type == "Switch" and op.inputs[0] is not t:
-                continue   # t is only its predicate
-            for o in op.outputs:
-                if o not in seen and differentiable(o) and _inside(o, w):
-                    seen.add(o)
-                    todo.append(o)
-    return False
 
 
 def _grad_invariant(w: WhileContext, k: int, d0: Tensor) -> tuple | None:
