@@ -41,9 +41,9 @@ installed); bench/NOTES.md, section dqn, has the figures and the learning result
 Placement: by default everything runs on the embedded CPU device. With `--device /gpu:0`
 (`device=` of both agents) the networks, the replay buffer, the sampling and the update
 are placed on that GPU, as in the paper's section 6.5; the environment's py_func runs on
-the host either way. On a GPU the in-graph agent's one run lets the runtime queue a step's
-kernels while the host waits for none of them but the action, where the client waits for
-each of its runs to end.
+the host either way. A run on a GPU costs the host far more than on a CPU (~70-120 us
+against ~4-14 us: the GPU's step begun and ended, fetched values' copies waited for), so
+the in-graph agent's one run a step saves more there (bench/NOTES.md, "Session 36").
 """
 
 from __future__ import annotations
