@@ -328,6 +328,8 @@ class ZmqTransport:
             router.curve_server = True
             router.curve_publickey, router.curve_secretkey = self._curve
         self._router = router
+        if _is_ipv6(self.bind):
+            router.ipv6 = True
         router.bind(self.bind)
         self._address = router.getsockopt_string(zmq.LAST_ENDPOINT)
         now = self._clock()
@@ -541,6 +543,8 @@ class ZmqTransport:
         sock = self._context.socket(zmq.DEALER)
         sock.linger = 0
         sock.routing_id = self._ident
+        if _is_ipv6(peer.address):
+            sock.ipv6 = True
         if self._curve is not None:
             sock.curve_publickey, sock.curve_secretkey = self._curve
             sock.curve_serverkey = peer.server_key
@@ -881,6 +885,14 @@ class ZmqTransport:
                 self._allowed.keys.add(_z85(known))
 
 
+def _is_ipv6(address: str) -> bool:
+    """Whether `address` is a tcp endpoint with an IPv6 literal host ("tcp://[::1]:5555"),
+    which libzmq binds or connects only on a socket whose ZMQ_IPV6 option is on. (Only
+    then: with it on, an IPv4 bind reports a mapped "[::ffff:a.b.c.d]" endpoint, and a
+    host name may resolve to an IPv6 address its peer did not bind.)"""
+    return address.startswith("tcp://[")
+
+
 def _heartbeat_ident(ident: bytes) -> bytes:
     """The routing id of the heartbeat DEALERs of the transport named `ident`: the name and
     ``\0hb`` (a long name is cut and a hash of it added, within libzmq's 255 bytes)."""
@@ -931,6 +943,8 @@ class _HeartbeatSender:
             sock.linger = 0
             sock.sndhwm = 16
             sock.routing_id = t._hb_ident
+            if _is_ipv6(address):
+                sock.ipv6 = True
             if t._curve is not None:
                 sock.curve_publickey, sock.curve_secretkey = t._curve
                 sock.curve_serverkey = server_key

@@ -1,0 +1,89 @@
+"""The wire from review 10, with workers started the long way (`python -m dcf.worker
+--cluster FILE --task N`) and `dcf.Cluster(spec)`: IPv6 loopback addresses, two
+clients of one worker, and a client that could not attach leaving nothing running."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+import dcf
+from dcf.errors import WorkerError
+from tests.cluster.helpers import on
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(60)]
+
+
+def _free_ipv6_port() -> int:
+    try:
+        s = socket.socket(socket.AF_INET6)
+    except OSError:
+        pytest.skip("no IPv6 here")
+    try:
+        s.bind(("::1", 0))
+        return s.getsockname()[1]
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    finally:
+        s.close()
+
+
+def _start_worker(folder, address: str):
+    """A worker started by hand at `address`: (its spec file's path, its process)."""
+    (folder / "secret").write_text(os.urandom(32).hex())
+    spec = folder / "cluster.json"
+    spec.write_text(json.dumps({"worker": [address], "secret_file": "secret"}))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), env.get("PYTHONPATH", "")])
+    return spec, subprocess.Popen(
+        [sys.executable, "-m", "dcf.worker", "--cluster", str(spec), "--task", "0"],
+        env=env, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def _stop(proc) -> None:
+    proc.terminate()
+    try:
+        proc.wait(5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture
+def ipv6_worker(tmp_path):
+    spec, proc = _start_worker(tmp_path, f"tcp://[::1]:{_free_ipv6_port()}")
+    try:
+        yield spec, proc
+    finally:
+        _stop(proc)
+
+
+def _doubler():
+    x = dcf.placeholder(dcf.float32, ())
+    with on(0):
+        y = x * 2.0
+    return x, y
+
+
+def _attach(spec, proc, **kw) -> dcf.Cluster:
+    try:
+        return dcf.Cluster(spec, connect_timeout_s=5.0, **kw)
+    except WorkerError:
+        if proc.poll() is not None:   # say why the worker is gone
+            pytest.fail(f"the worker exited: {proc.stderr.read().decode()[-400:]}")
+        raise
+
+
+def test_a_worker_and_a_client_on_the_ipv6_loopback(ipv6_worker):
+    spec, proc = ipv6_worker
+    with_client = dict(json.loads(spec.read_text()), client="tcp://[::1]:*",
+                       secret_file=str(spec.parent / "secret"))
+    x, y = _doubler()
+    for s in (spec, with_client):       # the client on 127.0.0.1, then on [::1] too
+        with _attach(s, proc) as cluster, dcf.Session(cluster=cluster) as sess:
+            assert sess.run(y, {x: 3.0}) == 6.0
