@@ -69,6 +69,7 @@ class _Client:
     steps: set[int] = field(default_factory=set)
     # per session: what its py_funcs brought (their state lives on across its plans)
     shipped: dict[int, ShippedObjects] = field(default_factory=dict)
+    heartbeat_timeout_s: float | None = None   # what it asked for (its "peers" message)
 
 
 class WorkerHost:
@@ -165,6 +166,7 @@ class WorkerHost:
         for step in list(c.steps):
             self._abort(step)
         self.clients.pop(c.name, None)
+        self._set_heartbeat()
         if self._fixed_client is None:
             if linger_s > 0:
                 # (after what was just sent to it has left)
@@ -292,8 +294,18 @@ class WorkerHost:
                 self.transport.add_peer(name, address)
         hb = msg.get("heartbeat_timeout_s")
         if isinstance(hb, (int, float)) and hb > 0:
-            self.transport.heartbeat_timeout_s = float(hb)
-            self.transport.heartbeat_interval_s = min(0.5, float(hb) / 4)
+            c.heartbeat_timeout_s = float(hb)
+            self._set_heartbeat()
+
+    def _set_heartbeat(self) -> None:
+        """Heartbeats as every attached client asked: sent often enough for the one with
+        the shortest timeout, and silence judged by the longest (one client's short
+        timeout must not make this worker drop another, which beats more slowly)."""
+        asked = [c.heartbeat_timeout_s for c in self.clients.values()
+                 if c.heartbeat_timeout_s is not None]
+        if asked:
+            self.transport.heartbeat_timeout_s = max(asked)
+            self.transport.heartbeat_interval_s = min(0.5, min(asked) / 4)
 
     def _h_plan(self, c: _Client, msg: dict, blob: bytes | None) -> None:
         pid, sid = int(msg["plan"]), int(msg["session"])

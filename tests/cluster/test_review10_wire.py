@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -63,6 +64,19 @@ def ipv6_worker(tmp_path):
         _stop(proc)
 
 
+@pytest.fixture
+def worker(tmp_path):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    spec, proc = _start_worker(tmp_path, f"tcp://127.0.0.1:{port}")
+    try:
+        yield spec, proc
+    finally:
+        _stop(proc)
+
+
 def _doubler():
     x = dcf.placeholder(dcf.float32, ())
     with on(0):
@@ -87,3 +101,20 @@ def test_a_worker_and_a_client_on_the_ipv6_loopback(ipv6_worker):
     for s in (spec, with_client):       # the client on 127.0.0.1, then on [::1] too
         with _attach(s, proc) as cluster, dcf.Session(cluster=cluster) as sess:
             assert sess.run(y, {x: 3.0}) == 6.0
+
+
+def test_a_client_with_a_shorter_heartbeat_timeout_leaves_the_other_attached(worker):
+    # The slow client beats every 0.5 s; the fast one asks the worker to judge silence
+    # by 0.4 s, which must not apply to the slow one (it was dropped, its runs failed).
+    spec, proc = worker
+    x, y = _doubler()
+    with _attach(spec, proc, heartbeat_timeout_s=3.0) as slow, \
+            dcf.Session(cluster=slow) as s_slow:
+        assert s_slow.run(y, {x: 1.0}) == 2.0
+        with _attach(spec, proc, heartbeat_timeout_s=0.4) as fast, \
+                dcf.Session(cluster=fast) as s_fast:
+            assert s_fast.run(y, {x: 2.0}) == 4.0
+            time.sleep(1.2)
+            assert s_slow.run(y, {x: 3.0}) == 6.0
+            assert s_fast.run(y, {x: 4.0}) == 8.0
+        assert s_slow.run(y, {x: 5.0}) == 10.0
