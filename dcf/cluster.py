@@ -594,10 +594,16 @@ class Cluster:
         cs = load_spec(spec)
         bind = cs.client or _client_bind(cs.jobs)
         self._setup(cs.secret, cs.curve_tuple(), bind, heartbeat_timeout_s)
-        for job, addresses in cs.jobs.items():
-            for k, a in enumerate(addresses):
-                self._add_worker(job, k, a)
-        self._connect(connect_timeout_s, attach=True)
+        try:
+            for job, addresses in cs.jobs.items():
+                for k, a in enumerate(addresses):
+                    self._add_worker(job, k, a)
+            self._connect(connect_timeout_s, attach=True)
+        except BaseException:
+            # (else its I/O and heartbeat threads and sockets outlive it, and a worker
+            # that starts later still gets its queued attach)
+            self.close()
+            raise
 
     # ---------------------------------------------------------- builders
     @classmethod
@@ -778,7 +784,11 @@ class Cluster:
         # and the cluster's own once none is left
         self._heartbeat_s = heartbeat_timeout_s
         self._session_heartbeats: dict[int, float] = {}
-        self._io.call(self._client.start())
+        try:
+            self._io.call(self._client.start())
+        except BaseException:
+            self._io.stop()     # (the transport closed itself)
+            raise
         ref = weakref.ref(self)
         self._atexit = lambda: (ref() is not None and ref().close())  # type: ignore[union-attr]
         atexit.register(self._atexit)

@@ -9,9 +9,11 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
+import zmq
 
 import dcf
 from dcf.errors import WorkerError
@@ -118,3 +120,28 @@ def test_a_client_with_a_shorter_heartbeat_timeout_leaves_the_other_attached(wor
             assert s_slow.run(y, {x: 3.0}) == 6.0
             assert s_fast.run(y, {x: 4.0}) == 8.0
         assert s_slow.run(y, {x: 5.0}) == 10.0
+
+
+def _dcf_threads() -> list[str]:
+    return sorted(t.name for t in threading.enumerate() if t.name.startswith("dcf-"))
+
+
+def test_a_cluster_that_cannot_attach_leaves_no_thread_or_socket_behind(tmp_path):
+    (tmp_path / "secret").write_text(os.urandom(32).hex())
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen()          # a port in use (nothing that speaks ZeroMQ)
+    busy = s.getsockname()[1]
+    try:
+        before = _dcf_threads()
+        fds = len(os.listdir("/proc/self/fd"))
+        nobody = {"worker": ["tcp://127.0.0.1:9"], "secret_file": str(tmp_path / "secret")}
+        for _ in range(3):   # no worker there: it does not answer
+            with pytest.raises(WorkerError, match="did not answer"):
+                dcf.Cluster(nobody, connect_timeout_s=0.2)
+        with pytest.raises(zmq.ZMQError, match="in use"):   # the client cannot bind
+            dcf.Cluster(dict(nobody, client=f"tcp://127.0.0.1:{busy}"))
+        assert _dcf_threads() == before
+        assert len(os.listdir("/proc/self/fd")) <= fds + 2
+    finally:
+        s.close()
