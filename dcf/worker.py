@@ -27,6 +27,7 @@ from typing import Any
 
 import msgpack
 import numpy as np
+import zmq
 
 from dcf.actors.codec import CodecError
 from dcf.actors.device_actor import DeviceActor
@@ -667,6 +668,13 @@ def main(argv: list[str] | None = None) -> int:
     prof = _start_profile(task)
     try:
         loop.run_until_complete(run())
+    except zmq.ZMQError as e:
+        if host.transport._address is not None:
+            raise
+        # the bind failed (the port is in use, no such interface): say which task, where
+        print(f"dcf-worker: {host.name} cannot bind {bind}: {os.strerror(e.errno)}",
+              file=sys.stderr)
+        return 1
     finally:
         loop.close()
         if client is not None:

@@ -1,6 +1,7 @@
 """The wire from review 10, with workers started the long way (`python -m dcf.worker
 --cluster FILE --task N`) and `dcf.Cluster(spec)`: IPv6 loopback addresses, two
-clients of one worker, and a client that could not attach leaving nothing running."""
+clients of one worker, a client that could not attach leaving nothing running, and a
+worker whose address is taken."""
 
 from __future__ import annotations
 
@@ -145,3 +146,19 @@ def test_a_cluster_that_cannot_attach_leaves_no_thread_or_socket_behind(tmp_path
         assert len(os.listdir("/proc/self/fd")) <= fds + 2
     finally:
         s.close()
+
+
+def test_a_worker_whose_address_is_in_use_says_which_task_and_where(tmp_path):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    address = f"tcp://127.0.0.1:{s.getsockname()[1]}"
+    try:
+        spec, proc = _start_worker(tmp_path, address)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        s.close()
+    assert proc.returncode == 1
+    err = err.decode()
+    assert f"/job:worker/task:0 cannot bind {address}: Address already in use" in err
+    assert "Traceback" not in err
