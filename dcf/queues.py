@@ -33,9 +33,9 @@ class QueueStore:
 
     Runs of an AsyncSession in several threads' event loops share it: its state changes
     under a lock, and a waiter of another loop is woken through that loop. A put wakes
-    the waiting takes, a take the waiting puts (a close both). A take waiting for more
-    elements than the capacity (TF's dequeue_many(n) takes them as they come) lets puts
-    fill the queue up to what it waits for."""
+    the waiting takes, a take the waiting puts (a close both). A waiting take lets puts
+    fill the queue past the capacity by as many elements as it waits for: TF's
+    dequeue_many(n) takes elements as they come, making room for the rest."""
 
     _PRUNE_AT = 64      # waiters kept before those given up on (timed out) are dropped
 
@@ -60,8 +60,9 @@ class QueueStore:
             self._waiters = _wake(self._waiters)
 
     def _limit(self) -> float:
-        wanted = max((n for f, n in self._waiters if not f.done()), default=0)
-        return max(self.capacity, wanted)
+        # (in TF the waiting takes would hold these elements, in turn, and the queue
+        # what is left over)
+        return self.capacity + sum(n for f, n in self._waiters if not f.done())
 
     def take(self, n: int | None) -> list[tuple]:
         want = 1 if n is None else n
@@ -77,8 +78,7 @@ class QueueStore:
                                       f"{len(self.items)} elements, fewer than the {want} "
                                       "requested")
             fut = _wait(self._waiters, want)
-            if want > self.capacity:
-                self._putters = _wake(self._putters)    # (they may fill it up to `want`)
+            self._putters = _wake(self._putters)    # (there may be room for them now)
             raise WouldBlock(fut)
 
     def _check_stackable(self, n: int) -> None:
@@ -246,8 +246,8 @@ class FIFOQueue:
     With `shapes` (one per component; None for a dimension of any size), an element of
     another shape is refused: a ValueError when the enqueue is built where its shape is
     known, else an InvalidArgumentError when it runs.
-    A negative `capacity` is no limit (TF's). A `dequeue_many(n)` waiting for more than
-    the capacity lets enqueues fill the queue up to n (TF's takes elements as they come);
+    A negative `capacity` is no limit (TF's). A waiting `dequeue_many(n)` lets enqueues
+    fill the queue past the capacity by n (TF's takes elements as they come);
     an `enqueue_many` of more elements than the capacity waits for the queue to be empty
     and goes in whole (TF's goes in pieces as room is made). In a while_loop, the
     enqueues and dequeues of the body run in iteration order, whatever
