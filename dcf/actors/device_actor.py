@@ -79,7 +79,7 @@ class _StepRun:
         self.pumping = False
         self.failed: BaseException | None = None     # raised by an inline pump
         self.waiting = 0                              # Recvs registered, not yet served
-        self.waits: list[asyncio.Task] = []
+        self.waits: set[asyncio.Task] = set()       # async kernels' waits not yet over
         self.held: dict[str, list] = {}               # peer -> [(key, value)] not yet sent
         self.held_n = 0
         self.held_at = 0.0
@@ -120,7 +120,7 @@ class _StepRun:
         finally:
             if self.timer is not None:
                 self.timer.cancel()
-            for t in self.waits:
+            for t in list(self.waits):
                 if not t.done():
                     t.cancel()
 
@@ -203,7 +203,7 @@ class _StepRun:
                                 self.on_value(node, ist))
             else:
                 _, node, ist, waitable = item
-                self.waits.append(self.loop.create_task(self.wait_then_resume(
+                self.waits.add(self.loop.create_task(self.wait_then_resume(
                     node, ist, waitable)))
 
     def hold(self, peer: str, key: tuple, value: Any, ist: Any) -> None:
@@ -298,7 +298,11 @@ class _StepRun:
         self.poke()
 
     async def wait_then_resume(self, node: Any, ist: Any, waitable: Any) -> None:
-        await waitable
+        try:
+            await waitable
+        finally:
+            # (over: a loop that dequeues for as long as it runs keeps none of them)
+            self.waits.discard(asyncio.current_task())
         self.ex.resume(node, ist)
         self.poke()
 
