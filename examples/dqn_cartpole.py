@@ -452,6 +452,24 @@ def positive_int(text: str) -> int:
     return value
 
 
+def device_problem(device: str) -> str | None:
+    """None where `device` exists in this process (an op placed there runs), else what is
+    wrong with it, in the session's words: "/gpu:0 does not exist here (no GPU is
+    visible: ...)" or "invalid device spec ...". A small run, so that a bad --device is
+    refused before CartPole and the agent's graph are made."""
+    g = dcf.Graph()
+    try:
+        with g.as_default(), dcf.device(device):
+            probe = dcf.constant(np.float32(0.0), name="device_probe")
+        with dcf.Session(g) as sess:
+            sess.run(probe)
+    except (ValueError, dcf.errors.InvalidArgumentError) as e:
+        # "/gpu:0 does not exist here (no GPU is visible: ...)": without the probe op
+        return str(e).split(" is placed on ", 1)[-1].replace(
+            ", which does not exist in this session", " does not exist here", 1)
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--steps", type=positive_int, default=40_000, help="environment steps")
@@ -468,6 +486,9 @@ def main(argv: list[str] | None = None) -> int:
         p.error("CartPole needs gymnasium: pip install -e '.[rl]'")
     if args.plot and importlib.util.find_spec("matplotlib") is None:
         p.error("--plot needs matplotlib: pip install -e '.[plot]'")
+    problem = device_problem(args.device) if args.device else None
+    if problem:
+        p.error(f"argument --device: {problem}")
     cfg = DQNConfig(seed=args.seed)
     kind = "client-driven" if args.client else "in-graph"
     print(f"{kind} DQN on CartPole-v1 on {args.device or 'the CPU'}, seed {args.seed}, up "
