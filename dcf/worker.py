@@ -570,6 +570,14 @@ def _remove_ipc_files(bind: str, client_address: str) -> None:
         os.rmdir(folder)     # (not empty: another worker still runs; it removes it)
 
 
+def _socket_folder_gone(bind: str) -> bool:
+    """Whether `bind` is in a `Cluster.local` socket folder (ipc) that no longer exists."""
+    if not bind.startswith("ipc://"):
+        return False
+    folder = os.path.dirname(bind[len("ipc://"):])
+    return os.path.basename(folder).startswith("dcf-cluster-") and not os.path.isdir(folder)
+
+
 async def _watch_parent(host: WorkerHost, ppid: int) -> None:
     while True:
         await asyncio.sleep(1.0)
@@ -669,12 +677,21 @@ def main(argv: list[str] | None = None) -> int:
     try:
         loop.run_until_complete(run())
     except zmq.ZMQError as e:
+        if client is not None and _socket_folder_gone(bind):
+            # Its cluster closed while it started (Ctrl-C in Cluster.local), and a worker
+            # that stopped first removed their empty socket folder: nothing to serve, and
+            # no traceback of the bind that failed.
+            return 0
         if host.transport._address is not None:
             raise
         # the bind failed (the port is in use, no such interface): say which task, where
         print(f"dcf-worker: {host.name} cannot bind {bind}: {os.strerror(e.errno)}",
               file=sys.stderr)
         return 1
+    except Exception:
+        if client is not None and _socket_folder_gone(bind):
+            return 0
+        raise
     finally:
         loop.close()
         if client is not None:
