@@ -512,4 +512,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:       # Ctrl-C: the agent's session and the environment close on the way out
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)

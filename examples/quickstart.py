@@ -7,6 +7,7 @@ data-dependent recurrence flows back through every iteration and branch.
 """
 
 import argparse
+import sys
 
 import numpy as np
 
@@ -45,4 +46,8 @@ def main() -> None:
 
 if __name__ == "__main__":
     argparse.ArgumentParser(description=__doc__.split("\n")[0]).parse_args()   # --help
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:       # Ctrl-C: the session closes on the way out
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 import numpy as np
 
@@ -90,4 +91,8 @@ def main(argv: list[str] | None = None) -> list[float]:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:       # Ctrl-C: the session and the workers close on the way out
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)

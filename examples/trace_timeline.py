@@ -17,6 +17,7 @@ ahead for four).
 
 import argparse
 import os
+import sys
 
 import numpy as np
 
@@ -73,4 +74,8 @@ def cli(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    cli()
+    try:
+        cli()
+    except KeyboardInterrupt:       # Ctrl-C: the session closes on the way out
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)

@@ -3,9 +3,18 @@ values, Ctrl-C, the service's flags)."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from dcf import gpu_devices
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
 
 
 @pytest.mark.parametrize("device, said", [
@@ -24,3 +33,47 @@ def test_dqn_refuses_a_device_that_is_not_there_in_one_line(example, capsys, mon
     err = capsys.readouterr().err
     assert "error: argument --device: " in err and said in err, err
     assert "Traceback" not in err and "device_probe" not in err, err
+
+
+def _interrupted(args: list[str], started: str) -> tuple[int, str, str, list[int]]:
+    """Run examples/ARGS in a child, send it SIGINT once it printed a line starting with
+    `started`; (exit status, stdout, stderr, the child's own children then)."""
+    proc = subprocess.Popen([sys.executable, "-u", str(EXAMPLES / args[0]), *args[1:]],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    try:
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith(started):
+                break
+        kids = [int(k) for k in subprocess.run(["pgrep", "-P", str(proc.pid)],
+                                               capture_output=True, text=True).stdout.split()]
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, "".join(lines) + out, err, kids
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pgrep and /proc")
+def test_ctrl_c_in_the_simulation_stops_it_quietly_and_its_workers_too():
+    code, out, err, kids = _interrupted(["simulation.py", "--workers", "1", "--rounds",
+                                         "100000", "--steps", "2"], "round 0")
+    assert code == 130 and err.strip() == "interrupted", (code, err)
+    assert "round 0" in out and len(kids) == 1
+    assert not os.path.exists(f"/proc/{kids[0]}"), "the worker outlived the example"
+
+
+@pytest.mark.parametrize("args, started", [
+    (["reinforce_rollout.py", "--report-every", "1"], "episode"),
+    (["moe_rnn.py", "--steps", "100000", "--batch", "2", "--seq", "2", "--units", "4"],
+     "experts on"),
+])
+def test_ctrl_c_in_an_example_is_one_line_and_status_130(args, started):
+    if args[0] == "reinforce_rollout.py":
+        pytest.importorskip("gymnasium")
+    code, _, err, _ = _interrupted(args, started)
+    assert code == 130 and err.strip() == "interrupted", (code, err)
