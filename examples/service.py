@@ -375,10 +375,23 @@ def positive_int(text: str) -> int:
     return value
 
 
+def port_number(text: str) -> int:
+    """argparse type: a TCP port, 0 (a free one) to 65535. (The resolver takes 70000 and
+    wraps it to 4464, -1 fails with "Servname not supported for ai_socktype".)"""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0 (any free port) to 65535, got {value}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--port", type=port_number, default=8080,
+                   help="0 picks a free port (default: %(default)s)")
     p.add_argument("--selftest", action="store_true",
                    help="start on a free port, fire concurrent requests, print latencies")
     p.add_argument("--concurrency", type=positive_int, default=2,

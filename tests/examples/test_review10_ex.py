@@ -77,3 +77,21 @@ def test_ctrl_c_in_an_example_is_one_line_and_status_130(args, started):
         pytest.importorskip("gymnasium")
     code, _, err, _ = _interrupted(args, started)
     assert code == 130 and err.strip() == "interrupted", (code, err)
+
+
+@pytest.mark.parametrize("port", ["70000", "65536", "-1"])
+def test_service_refuses_a_port_out_of_range_instead_of_serving_elsewhere(
+        example, capsys, monkeypatch, port):
+    pytest.importorskip("aiohttp")
+    service = example("service")
+    served = []
+
+    async def serve(host, port, concurrency):   # (it served 70000 on 70000 % 65536)
+        served.append(port)
+
+    monkeypatch.setattr(service, "serve", serve)
+    with pytest.raises(SystemExit) as ei:
+        service.main(["--port", port])
+    assert ei.value.code == 2 and not served
+    assert f"argument --port: a port is 0 (any free port) to 65535, got {port}" in \
+        capsys.readouterr().err
