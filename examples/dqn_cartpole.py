@@ -435,6 +435,8 @@ def plot_learning_curve(result: dict, path: str, window: int = 20, target: float
     ax.set_title(title or "in-graph DQN on CartPole-v1 (dcf)")
     ax.legend(loc="upper left")
     fig.tight_layout()
+    if not os.path.splitext(path)[1]:
+        path += ".png"                  # what savefig writes for a name without extension
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -476,7 +478,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--client", action="store_true",
                    help="run the client-driven baseline instead of the in-graph agent")
-    p.add_argument("--plot", metavar="PNG", default=None, help="save the learning curve")
+    p.add_argument("--plot", metavar="PNG", default=None,
+                   help="save the learning curve (.png, or the format its extension names)")
     p.add_argument("--stop-at-target", action="store_true",
                    help="stop once the average return over 20 episodes reaches 150")
     p.add_argument("--device", default=None, metavar="DEVICE",
@@ -486,6 +489,14 @@ def main(argv: list[str] | None = None) -> int:
         p.error("CartPole needs gymnasium: pip install -e '.[rl]'")
     if args.plot and importlib.util.find_spec("matplotlib") is None:
         p.error("--plot needs matplotlib: pip install -e '.[plot]'")
+    if args.plot:                       # (refused now, not after the whole training run)
+        from matplotlib.figure import Figure
+
+        kinds = Figure().canvas.get_supported_filetypes()
+        ext = os.path.splitext(args.plot)[1][1:].lower()
+        if ext and ext not in kinds:
+            p.error(f"argument --plot: matplotlib cannot write .{ext} pictures; give one "
+                    f"of .{', .'.join(sorted(kinds))} (or no extension: .png)")
     problem = device_problem(args.device) if args.device else None
     if problem:
         p.error(f"argument --device: {problem}")

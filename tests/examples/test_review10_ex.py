@@ -95,3 +95,25 @@ def test_service_refuses_a_port_out_of_range_instead_of_serving_elsewhere(
     assert ei.value.code == 2 and not served
     assert f"argument --port: a port is 0 (any free port) to 65535, got {port}" in \
         capsys.readouterr().err
+
+
+def test_dqn_plot_without_extension_names_the_file_it_wrote(example, capsys, tmp_path):
+    pytest.importorskip("gymnasium")
+    pytest.importorskip("matplotlib")
+    dqn = example("dqn_cartpole")
+    assert dqn.main(["--steps", "3", "--plot", str(tmp_path / "curve")]) == 0
+    said = capsys.readouterr().out.strip().splitlines()[-1]
+    assert said == f"learning curve: {tmp_path / 'curve.png'}", said
+    assert (tmp_path / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_dqn_plot_in_a_format_matplotlib_cannot_write_is_refused_before_training(
+        example, capsys, monkeypatch, tmp_path):
+    pytest.importorskip("gymnasium")
+    pytest.importorskip("matplotlib")
+    dqn = example("dqn_cartpole")
+    monkeypatch.setattr(dqn, "CartPole", lambda seed: pytest.fail("it trained first"))
+    with pytest.raises(SystemExit) as ei:
+        dqn.main(["--steps", "3", "--plot", str(tmp_path / "curve.json")])
+    assert ei.value.code == 2
+    assert "argument --plot: matplotlib cannot write .json pictures" in capsys.readouterr().err
