@@ -472,10 +472,22 @@ def device_problem(device: str) -> str | None:
     return None
 
 
+def seed_int(text: str) -> int:
+    """argparse type: a seed, an integer >= 0 (numpy's and gymnasium's generators refuse
+    negative ones, with a traceback)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a seed is an integer >= 0, got {value}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--steps", type=positive_int, default=40_000, help="environment steps")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_int, default=0)
     p.add_argument("--client", action="store_true",
                    help="run the client-driven baseline instead of the in-graph agent")
     p.add_argument("--plot", metavar="PNG", default=None,

@@ -291,6 +291,18 @@ def positive_int(text: str) -> int:
     return value
 
 
+def seed_int(text: str) -> int:
+    """argparse type: a seed, an integer >= 0 (numpy's and gymnasium's generators refuse
+    negative ones, with a traceback)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a seed is an integer >= 0, got {value}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=positive_int, default=200, help="training steps")
@@ -305,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
                         "with --workers)")
     p.add_argument("--workers", type=int, default=0,
                    help="place the experts on N worker processes (needs dcf.Cluster)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_int, default=0)
     args = p.parse_args(argv)
     if args.workers < 0:
         p.error(f"argument --workers: must be 0 or more, got {args.workers}")

@@ -117,3 +117,25 @@ def test_dqn_plot_in_a_format_matplotlib_cannot_write_is_refused_before_training
         dqn.main(["--steps", "3", "--plot", str(tmp_path / "curve.json")])
     assert ei.value.code == 2
     assert "argument --plot: matplotlib cannot write .json pictures" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name, argv, said", [
+    ("dqn_cartpole", ["--seed", "-1"], "argument --seed: a seed is an integer >= 0, got -1"),
+    ("moe_rnn", ["--seed", "-1"], "argument --seed: a seed is an integer >= 0, got -1"),
+    ("reinforce_rollout", ["--seed", "-2"], "argument --seed: a seed is an integer >= 0"),
+    ("reinforce_rollout", ["--lr", "nan"], "argument --lr: must be a finite number > 0"),
+    ("reinforce_rollout", ["--lr", "-0.01"], "argument --lr: must be a finite number > 0"),
+])
+def test_a_negative_seed_or_a_nan_learning_rate_is_refused_up_front(
+        example, capsys, monkeypatch, name, argv, said):
+    if name != "moe_rnn":
+        pytest.importorskip("gymnasium")
+    module = example(name)
+    for made in ("CartPole", "build"):    # neither an environment nor a graph is made
+        if hasattr(module, made):
+            monkeypatch.setattr(module, made, lambda *a, _m=made, **k: pytest.fail(_m))
+    steps = "--episodes" if name == "reinforce_rollout" else "--steps"
+    with pytest.raises(SystemExit) as ei:
+        module.main([*argv, steps, "1"])
+    assert ei.value.code == 2
+    assert said in capsys.readouterr().err
