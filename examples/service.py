@@ -124,10 +124,14 @@ def parse_request(values: Any, tol: Any) -> tuple[np.ndarray, float]:
             x = np.asarray([float(v) for v in values], dtype=np.float64)
         except (TypeError, ValueError):
             raise ValueError("x must be numbers") from None
+        except OverflowError:       # a JSON integer beyond float64 (1 followed by 400 0s)
+            raise ValueError("x must be finite and >= 0") from None
     try:
         t = DEFAULT_TOL if tol is None else float(tol)
     except (TypeError, ValueError):
         raise ValueError("tol must be a number") from None
+    except OverflowError:
+        raise ValueError("tol must be a positive number") from None
     if x.size == 0:
         raise ValueError("give at least one x")
     if x.size > MAX_VALUES:
@@ -163,7 +167,10 @@ def make_app(solver: SqrtSolver) -> Any:
                 values, tol = np.frombuffer(raw, dtype="<f8").astype(np.float64), \
                     request.query.get("tol")
             elif request.method == "POST":
-                body = await request.json()
+                try:
+                    body = await request.json()
+                except RecursionError:      # [[[[...]]]]: json's decoder recurses
+                    raise ValueError("the JSON body is nested too deeply") from None
                 if not isinstance(body, dict):
                     raise ValueError('send a JSON object {"x": [...]}')
                 values, tol = body.get("x"), body.get("tol")

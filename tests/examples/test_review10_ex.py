@@ -139,3 +139,29 @@ def test_a_negative_seed_or_a_nan_learning_rate_is_refused_up_front(
         module.main([*argv, steps, "1"])
     assert ei.value.code == 2
     assert said in capsys.readouterr().err
+
+
+def test_service_answers_400_not_500_to_json_beyond_float64_or_nested_too_deep(example):
+    pytest.importorskip("aiohttp")
+    import asyncio
+
+    from aiohttp.test_utils import TestClient, TestServer
+
+    service = example("service")
+    huge = "1" + "0" * 400                          # an integer JSON gives Python exactly
+    cases = [('{"x": [%s]}' % huge, "x must be finite and >= 0"),
+             ('{"x": [1], "tol": %s}' % huge, "tol must be a positive number"),
+             ('{"x": %s%s}' % ("[" * 100_000, "]" * 100_000),
+              "the JSON body is nested too deeply")]
+
+    async def main() -> None:
+        async with TestClient(TestServer(service.make_app(service.SqrtSolver()))) as client:
+            for body, said in cases:
+                r = await client.post("/sqrt", data=body,
+                                      headers={"Content-Type": "application/json"})
+                assert r.status == 400, (body[:40], r.status)
+                assert (await r.json()) == {"error": said}
+            r = await client.post("/sqrt", json={"x": [4.0]})     # and it still serves
+            assert r.status == 200 and (await r.json())["sqrt"] == [2.0]
+
+    asyncio.run(main())
