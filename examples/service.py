@@ -43,8 +43,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib.util
 import math
+import signal
 import socket
 import sys
 import time
@@ -234,8 +236,13 @@ async def serve(host: str, port: int, concurrency: int = 2) -> None:
     loop = type(asyncio.get_running_loop()).__module__.split(".")[0]
     shown = f"[{host}]" if ":" in host else host          # an IPv6 address in a URL
     print(f"serving on http://{shown}:{bound} (event loop: {loop}); Ctrl-C stops", flush=True)
+    stop = asyncio.Event()
+    with contextlib.suppress(NotImplementedError):     # (no signal handlers on Windows)
+        # SIGTERM (kill, systemd, docker stop) stops as Ctrl-C does: requests in flight
+        # are answered and the session closed, not cut off by the default action
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     try:
-        await asyncio.Event().wait()
+        await stop.wait()
     finally:
         await runner.cleanup()
 

@@ -165,3 +165,39 @@ def test_service_answers_400_not_500_to_json_beyond_float64_or_nested_too_deep(e
             assert r.status == 200 and (await r.json())["sqrt"] == [2.0]
 
     asyncio.run(main())
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGTERM")
+def test_service_on_sigterm_answers_the_requests_in_flight_then_exits_0(example):
+    pytest.importorskip("aiohttp")
+    import asyncio
+
+    import aiohttp
+    import numpy as np
+
+    service = example("service")
+    x = np.random.default_rng(0).uniform(0.0, 1e300, 50_000)     # ~500 Newton steps
+
+    async def main(server) -> list:
+        async with aiohttp.ClientSession() as client:
+            async def one() -> tuple:
+                async with client.post(f"{server.url}/sqrt", data=x.tobytes(),
+                                       headers={"Content-Type": service.BINARY}) as r:
+                    return r.status, await r.read()
+
+            tasks = [asyncio.ensure_future(one()) for _ in range(2)]
+            while True:
+                async with client.get(f"{server.url}/health") as r:
+                    if (await r.json())["in_flight"] == 2:
+                        break
+                await asyncio.sleep(0.002)
+            server.proc.send_signal(signal.SIGTERM)
+            return await asyncio.gather(*tasks, return_exceptions=True)
+
+    with service.ServerProcess() as server:
+        answers = asyncio.run(main(server))
+        assert server.proc.wait(timeout=60) == 0
+    for a in answers:
+        assert not isinstance(a, BaseException), answers
+        assert a[0] == 200
+        np.testing.assert_allclose(np.frombuffer(a[1], "<f8"), np.sqrt(x), rtol=1e-9)
