@@ -443,4 +443,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:       # Ctrl-C in the self test: its server process stops too
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)

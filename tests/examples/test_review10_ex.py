@@ -4,6 +4,7 @@ values, Ctrl-C, the service's flags)."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -48,7 +49,8 @@ def _interrupted(args: list[str], started: str) -> tuple[int, str, str, list[int
             if line.startswith(started):
                 break
         kids = [int(k) for k in subprocess.run(["pgrep", "-P", str(proc.pid)],
-                                               capture_output=True, text=True).stdout.split()]
+                                               capture_output=True, text=True).stdout.split()
+                ] if shutil.which("pgrep") else []
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
     finally:
@@ -71,12 +73,17 @@ def test_ctrl_c_in_the_simulation_stops_it_quietly_and_its_workers_too():
     (["reinforce_rollout.py", "--report-every", "1"], "episode"),
     (["moe_rnn.py", "--steps", "100000", "--batch", "2", "--seq", "2", "--units", "4"],
      "experts on"),
+    (["service.py", "--selftest", "--requests", "100", "--values", "100000"], "self test:"),
 ])
 def test_ctrl_c_in_an_example_is_one_line_and_status_130(args, started):
     if args[0] == "reinforce_rollout.py":
         pytest.importorskip("gymnasium")
-    code, _, err, _ = _interrupted(args, started)
+    if args[0] == "service.py":
+        pytest.importorskip("aiohttp")
+    code, _, err, kids = _interrupted(args, started)
     assert code == 130 and err.strip() == "interrupted", (code, err)
+    assert not [k for k in kids if os.path.exists(f"/proc/{k}")], kids   # (the self test's
+                                                                          # server process)
 
 
 @pytest.mark.parametrize("port", ["70000", "65536", "-1"])
