@@ -159,8 +159,10 @@ def make_app(solver: SqrtSolver) -> Any:
             solver.in_flight -= 1
 
     async def _sqrt(request: web.Request) -> web.Response:
-        binary = request.method == "POST" and \
-            request.headers.get("Content-Type", "").startswith(BINARY)
+        # (a media type is case-insensitive; aiohttp's content_type is its lower-case form,
+        # and application/octet-stream also where the header is missing: JSON then)
+        binary = request.method == "POST" and "Content-Type" in request.headers and \
+            request.content_type == BINARY
         try:
             if binary:          # raw little-endian float64 values; tol in the query
                 raw = await request.read()

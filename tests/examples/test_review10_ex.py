@@ -208,3 +208,26 @@ def test_service_on_sigterm_answers_the_requests_in_flight_then_exits_0(example)
         assert not isinstance(a, BaseException), answers
         assert a[0] == 200
         np.testing.assert_allclose(np.frombuffer(a[1], "<f8"), np.sqrt(x), rtol=1e-9)
+
+
+def test_service_reads_a_binary_body_whatever_the_case_of_its_media_type(example):
+    pytest.importorskip("aiohttp")
+    import asyncio
+
+    import numpy as np
+    from aiohttp.test_utils import TestClient, TestServer
+
+    service = example("service")
+    x = np.array([4.0, 9.0, 2.0])
+
+    async def main() -> None:
+        async with TestClient(TestServer(service.make_app(service.SqrtSolver()))) as client:
+            for media in ("Application/Octet-Stream", "APPLICATION/OCTET-STREAM; x=1"):
+                r = await client.post("/sqrt", data=x.tobytes(), headers={"Content-Type": media})
+                assert r.status == 200, (media, await r.text())
+                np.testing.assert_allclose(np.frombuffer(await r.read(), "<f8"), np.sqrt(x))
+            # JSON sent without a Content-Type (requests.post(url, data=json.dumps(...)))
+            r = await client.post("/sqrt", data=b'{"x": [4]}', skip_auto_headers=["Content-Type"])
+            assert r.status == 200 and (await r.json())["sqrt"] == [2.0]
+
+    asyncio.run(main())
