@@ -842,24 +842,28 @@ class Cluster:
             return
         self._closed = True
         atexit.unregister(self._atexit)
-        if self._ray_actors:
-            self._close_ray()
         try:
-            self._io.call(self._client.close(shutdown=self._owns_workers or
-                                             bool(self._ray_actors)), timeout=10)
-        except Exception as e:  # noqa: BLE001 - carry on tearing down
-            log.debug("cluster close: %s", e)
-        self._io.stop()
-        procs = [w.proc for w in self._client.workers.values() if w.proc is not None]
-        for p in procs:
-            if p.stdin is not None:
-                try:
-                    p.stdin.close()   # EOF: the worker stops on its own
-                except OSError:
-                    pass
-        _reap(procs)
-        if self._ipc_dir:
-            shutil.rmtree(self._ipc_dir, ignore_errors=True)
+            if self._ray_actors:
+                self._close_ray()
+            try:
+                self._io.call(self._client.close(shutdown=self._owns_workers or
+                                                 bool(self._ray_actors)), timeout=10)
+            except Exception as e:  # noqa: BLE001 - carry on tearing down
+                log.debug("cluster close: %s", e)
+            self._io.stop()
+            procs = [w.proc for w in self._client.workers.values() if w.proc is not None]
+            for p in procs:
+                if p.stdin is not None:
+                    try:
+                        p.stdin.close()   # EOF: the worker stops on its own
+                    except OSError:
+                        pass
+            _reap(procs)
+        finally:
+            # also when a second Ctrl-C interrupts the above (the workers still stop: their
+            # stdin closes with this process), so that no socket folder stays in /tmp
+            if self._ipc_dir:
+                shutil.rmtree(self._ipc_dir, ignore_errors=True)
 
     def _close_ray(self, grace_s: float = 10.0) -> None:
         """Kill the Ray actors and wait (bounded) until Ray reports each one gone (its

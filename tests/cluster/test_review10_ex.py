@@ -28,3 +28,24 @@ def test_a_worker_whose_cluster_closed_before_it_bound_exits_without_a_traceback
     assert p.returncode == 0, p.stderr.decode()
     assert b"Traceback" not in p.stderr, p.stderr.decode()
     assert not os.path.exists(folder)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="ipc sockets")
+def test_a_second_ctrl_c_while_the_cluster_closes_leaves_no_socket_folder(monkeypatch):
+    import dcf
+    from dcf import cluster as cluster_mod
+
+    cluster = dcf.Cluster.local(1, ipc=True)
+    folder, pid = cluster._ipc_dir, cluster.worker_pids[0]
+    real_reap = cluster_mod._reap
+
+    def interrupted(procs, grace_s=3.0):          # Ctrl-C again while it waits
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cluster_mod, "_reap", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        cluster.close()
+    assert not os.path.exists(folder)
+    procs = [w.proc for w in cluster._client.workers.values()]
+    real_reap(procs)                               # (the worker still stops on its own)
+    assert procs[0].pid == pid and procs[0].returncode == 0
