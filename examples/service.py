@@ -1,6 +1,6 @@
 """An HTTP service answering each request with a graph that holds a data-dependent loop.
 
-Run:  python examples/service.py --port 8080          # serve until Ctrl-C
+Run:  python examples/service.py --port 8080          # serve until Ctrl-C (or SIGTERM)
       curl 'http://127.0.0.1:8080/sqrt?x=2'
       curl -d '{"x": [2, 9, 1e6], "tol": 1e-12}' http://127.0.0.1:8080/sqrt
       (or POST raw float64 values as application/octet-stream: the answer is raw float64)
