@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import builtins
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -988,6 +989,20 @@ def slice(input_: Any, begin: Any, size: Any, name: str | None = None) -> Tensor
     return apply("Slice", [input_, *dyn], name, begin=b_static, size=s_static, **hints)
 
 
+def _hinted_shape(x: TensorType, r: int | None, hint: tuple | None,
+                  combine: Callable[[int, Any], int | None]) -> TensorType:
+    """The result of an op on `x` whose per-axis argument is a tensor, of rank `r` (None:
+    unknown): where `hint` gives that argument's build-time entries, one per axis, each
+    axis is `combine(x's dim, entry)` (None where x's dim is unknown); else unknown dims."""
+    if r is None:
+        return TensorType(x.dtype, None)
+    if hint is None or len(hint) != r:
+        return TensorType(x.dtype, (None,) * r)
+    dims = x.shape or (None,) * r
+    return TensorType(x.dtype, tuple(None if d is None else combine(d, h)
+                                     for d, h in zip(dims, hint)))
+
+
 def _pad_infer(
     x: TensorType, *dyn: TensorType, paddings: tuple | None, constant_values: Any,
     hint: tuple | None = None
@@ -998,16 +1013,10 @@ def _pad_infer(
         if p.shape is not None and (len(p.shape) != 2 or p.shape[1] not in (2, None)):
             raise InvalidArgumentError(f"paddings must have shape [rank, 2], got {p}")
         r = x.rank if x.rank is not None else p.shape[0] if p.shape else None
-        if r is None:
-            return TensorType(x.dtype, None)
-        if hint is None or len(hint) != r:
-            return TensorType(x.dtype, (None,) * r)
         # the rows known at build time (hint), as TF1: pad(x, [[0, n], [0, 0]]) of a
         # [?, 5] is [?, 5]
-        dims = x.shape or (None,) * r
-        return TensorType(x.dtype, tuple(
-            None if d is None or a is None or b is None else d + a + b
-            for d, (a, b) in zip(dims, hint)))
+        return _hinted_shape(x, r, hint,
+                             lambda d, ab: None if None in ab else d + ab[0] + ab[1])
     if x.shape is not None and len(paddings) != x.rank:
         raise InvalidArgumentError(f"paddings has {len(paddings)} rows for {x}")
     if any(a < 0 or b < 0 for a, b in paddings):
@@ -1816,15 +1825,9 @@ def _tile_infer(
     if multiples is None:
         n = _vec_len(dyn[0], "multiples")
         r = x.rank if x.rank is not None else n
-        if r is None:
-            return TensorType(x.dtype, None)
-        if hint is None or len(hint) != r:
-            return TensorType(x.dtype, (None,) * r)
         # the multiples known at build time (hint), as TF1: tile(x, [1, n, 2]) of a
         # [?, 3, 4] is [?, ?, 8]
-        dims = x.shape or (None,) * r
-        return TensorType(x.dtype, tuple(
-            None if d is None or m is None else d * m for d, m in zip(dims, hint)))
+        return _hinted_shape(x, r, hint, lambda d, m: None if m is None else d * m)
     _check_sizes(multiples, "multiple")
     if x.shape is None:
         return TensorType(x.dtype, (None,) * len(multiples))
