@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import pathlib
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -175,3 +179,39 @@ def lose_worker_1_mid_loop(cluster, kill: Callable[[], None]) -> tuple:
     assert time.monotonic() - t0 < 1.0
     assert sess.run(v) == 5.0
     return sess, box["error"]
+
+
+# ------------------------------------------------------ workers started by hand
+def spec_file(folder: str | os.PathLike, workers: list[str]) -> pathlib.Path:
+    """folder/cluster.json naming `workers`, whose secret_file is a fresh HMAC secret
+    written to folder/secret."""
+    folder = pathlib.Path(folder)
+    (folder / "secret").write_text(os.urandom(32).hex())
+    spec = folder / "cluster.json"
+    spec.write_text(json.dumps({"worker": workers, "secret_file": "secret"}))
+    return spec
+
+
+def start_worker(spec: str | os.PathLike, task: int = 0, *, task_by_env: bool = False,
+                 **popen: Any) -> subprocess.Popen:
+    """`python -m dcf.worker --cluster SPEC` as a user starts it, this checkout importable,
+    for `task` (given as --task, or with `task_by_env` as DCF_TASK_INDEX, the other way);
+    `popen`: more of subprocess.Popen's arguments (stderr=subprocess.PIPE, say)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), env.get("PYTHONPATH", "")])
+    argv = [sys.executable, "-m", "dcf.worker", "--cluster", str(spec)]
+    if task_by_env:
+        env["DCF_TASK_INDEX"] = str(task)
+    else:
+        argv += ["--task", str(task)]
+    return subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, **popen)
+
+
+def stop_process(proc: subprocess.Popen, wait_s: float = 5.0) -> None:
+    """Terminate `proc` and wait for it; kill it where it has not ended within wait_s."""
+    proc.terminate()
+    try:
+        proc.wait(wait_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

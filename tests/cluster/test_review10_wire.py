@@ -9,7 +9,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import threading
 import time
 
@@ -18,7 +17,7 @@ import zmq
 
 import dcf
 from dcf.errors import WorkerError
-from tests.cluster.helpers import on
+from tests.cluster.helpers import on, spec_file, start_worker, stop_process
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(60)]
 
@@ -39,23 +38,8 @@ def _free_ipv6_port() -> int:
 
 def _start_worker(folder, address: str):
     """A worker started by hand at `address`: (its spec file's path, its process)."""
-    (folder / "secret").write_text(os.urandom(32).hex())
-    spec = folder / "cluster.json"
-    spec.write_text(json.dumps({"worker": [address], "secret_file": "secret"}))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), env.get("PYTHONPATH", "")])
-    return spec, subprocess.Popen(
-        [sys.executable, "-m", "dcf.worker", "--cluster", str(spec), "--task", "0"],
-        env=env, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
-
-
-def _stop(proc) -> None:
-    proc.terminate()
-    try:
-        proc.wait(5)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    spec = spec_file(folder, [address])
+    return spec, start_worker(spec, stderr=subprocess.PIPE)
 
 
 @pytest.fixture
@@ -64,7 +48,7 @@ def ipv6_worker(tmp_path):
     try:
         yield spec, proc
     finally:
-        _stop(proc)
+        stop_process(proc)
 
 
 @pytest.fixture
@@ -77,7 +61,7 @@ def worker(tmp_path):
     try:
         yield spec, proc
     finally:
-        _stop(proc)
+        stop_process(proc)
 
 
 def _doubler():
@@ -154,7 +138,7 @@ def test_a_worker_whose_address_is_in_use_says_which_task_and_where(tmp_path):
     s.listen()
     address = f"tcp://127.0.0.1:{s.getsockname()[1]}"
     try:
-        spec, proc = _start_worker(tmp_path, address)
+        _, proc = _start_worker(tmp_path, address)
         _, err = proc.communicate(timeout=30)
     finally:
         s.close()

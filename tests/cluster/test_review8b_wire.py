@@ -4,18 +4,15 @@ cluster spec does not show its keys."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 
 import pytest
 
 import dcf
 from dcf.cluster import _client_bind
-from tests.cluster.helpers import on
+from tests.cluster.helpers import on, spec_file, start_worker, stop_process
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(60)]
 
@@ -37,29 +34,17 @@ def test_a_client_of_an_ipc_worker_binds_to_loopback():
     folder = tempfile.mkdtemp(prefix="dcf-t-")   # (short: sun_path holds ~107 bytes)
     proc = None
     try:
-        with open(os.path.join(folder, "secret"), "w") as f:
-            f.write(os.urandom(32).hex())
-        path = os.path.join(folder, "cluster.json")
-        with open(path, "w") as f:
-            json.dump({"worker": [f"ipc://{folder}/w0"], "secret_file": "secret"}, f)
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), env.get("PYTHONPATH", "")])
-        proc = subprocess.Popen([sys.executable, "-m", "dcf.worker", "--cluster", path,
-                                 "--task", "0"], env=env, stdin=subprocess.DEVNULL)
+        proc = start_worker(spec_file(folder, [f"ipc://{folder}/w0"]))
         x = dcf.placeholder(dcf.float32, ())
         with on(0):
             y = x * 2.0
-        with dcf.Cluster(path) as cluster, dcf.Session(cluster=cluster) as sess:
+        with dcf.Cluster(os.path.join(folder, "cluster.json")) as cluster, \
+                dcf.Session(cluster=cluster) as sess:
             assert cluster._client.transport.address.startswith("tcp://127.0.0.1:")
             assert sess.run(y, {x: 3.0}) == 6.0
     finally:
         if proc is not None:
-            proc.terminate()
-            try:
-                proc.wait(5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(proc)
         shutil.rmtree(folder, ignore_errors=True)
 
 

@@ -10,7 +10,6 @@ import random
 import re
 import socket
 import subprocess
-import sys
 import time
 
 import msgpack
@@ -24,7 +23,7 @@ from dcf.actors.codec import pack_tensors
 from dcf.actors.graphdef import decode_parts, encode_parts
 from dcf.actors.transport import ZmqTransport
 from dcf.errors import WorkerError
-from tests.cluster.helpers import alive, on, task
+from tests.cluster.helpers import alive, on, start_worker, stop_process, task
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(60)]
 
@@ -220,27 +219,15 @@ def _free_ports(n: int) -> list[int]:
 
 
 def _start_workers(spec_path, n: int) -> list[subprocess.Popen]:
-    procs = []
-    for k in range(n):
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), env.get("PYTHONPATH", "")])
-        argv = [sys.executable, "-m", "dcf.worker", "--cluster", str(spec_path)]
-        if k == 0:
-            argv += ["--task", "0"]
-        else:
-            env["DCF_TASK_INDEX"] = str(k)   # the other way to name the task
-        procs.append(subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL))
-    return procs
+    # task 0 named by --task, the others by DCF_TASK_INDEX (the other way to name it)
+    return [start_worker(spec_path, k, task_by_env=k > 0) for k in range(n)]
 
 
 def _stop(procs) -> None:
     for p in procs:
-        p.terminate()
+        p.terminate()     # all at once, then each waited for
     for p in procs:
-        try:
-            p.wait(5)
-        except subprocess.TimeoutExpired:
-            p.kill()
+        stop_process(p)
 
 
 def _spec_roundtrip(spec_path) -> None:

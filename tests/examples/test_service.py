@@ -5,6 +5,7 @@ numpy, and /health answering promptly while the solver requests are in flight.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import statistics
@@ -16,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from tests.cluster.helpers import stop_process
 
 aiohttp = pytest.importorskip("aiohttp")
 
@@ -29,23 +32,25 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def server():
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-u", str(SERVICE), "--host", "127.0.0.1",
+@contextlib.contextmanager
+def _serving(host: str, port: int):
+    """service.py on host:port in its own process: (the process, its first line, printed
+    once the socket is listening); stopped on the way out."""
+    proc = subprocess.Popen([sys.executable, "-u", str(SERVICE), "--host", host,
                              "--port", str(port)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        line = proc.stdout.readline()          # printed once the socket is listening
+        yield proc, proc.stdout.readline()
+    finally:
+        stop_process(proc, wait_s=10)
+
+
+@pytest.fixture(scope="module")
+def server():
+    port = _free_port()
+    with _serving("127.0.0.1", port) as (_, line):
         assert line.startswith(f"serving on http://127.0.0.1:{port}"), line
         yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 class Probe:
@@ -193,10 +198,7 @@ def test_serves_on_an_ipv6_host_too():
             s.bind(("::1", 0))
     except OSError:
         pytest.skip("no IPv6 loopback here")
-    proc = subprocess.Popen([sys.executable, "-u", str(SERVICE), "--host", "::1", "--port", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        line = proc.stdout.readline()
+    with _serving("::1", 0) as (proc, line):
         assert line.startswith("serving on http://[::1]:"), line + proc.stdout.read()
         url = line.split()[2]
 
@@ -206,13 +208,6 @@ def test_serves_on_an_ipv6_host_too():
                     return await r.json()
 
         assert asyncio.run(ask())["sqrt"] == [3.0]
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def test_a_port_in_use_is_one_line_and_exit_status_1(example, capsys):
