@@ -2,13 +2,13 @@
 device (the paper's section 6.5 ran its DQN on a GPU: "overlapping of I/O with other work
 on a GPU").
 
-Both agents are the example's (`examples/dqn_cartpole.py`), built under
-``dcf.device(DEVICE)`` in the learning regime (greedy acting, learning every step); the
+Both agents are the example's (`examples/dqn_cartpole.py`), built with
+``device=DEVICE`` in the learning regime (greedy acting, learning every step); the
 environment's py_func stays on the host. The in-graph agent is timed per run, with the
 environment's own step timed inside it; the client-driven agent is driven by the same
 loop as its ``run_steps`` with a timer around each piece (act, env, store, train,
-refresh). Also the cost of a bare run on the device (a feed of the observation and a
-fetch of one scalar). Interleaved blocks, medians of the blocks.
+refresh). Also the cost of a bare run on the device (a [4] feed and a scalar fetched:
+bench.probes.gpu_run_cost). Interleaved blocks, medians of the blocks.
 
     python -m bench.probes.dqn_gpu [--devices /gpu:0,/cpu:0] [--block 300] [--rounds 8]
                                    [--profile N]   # cProfile N steps of each agent too
@@ -20,10 +20,8 @@ import argparse
 import statistics
 import time
 
-import numpy as np
-
-import dcf
 from bench.dqn import load_example
+from bench.probes.gpu_run_cost import run_costs
 
 
 class _TimedEnv:
@@ -78,21 +76,6 @@ def _client_steps(agent, n: int, parts: dict) -> None:
         parts["total"] += pc() - t0
 
 
-def _bare_run_us(device: str, n: int = 2000) -> float:
-    g = dcf.Graph()
-    with g.as_default(), dcf.device(device):
-        x = dcf.placeholder(dcf.float32, (4,))
-        y = dcf.reduce_sum(x * 2.0)
-    with dcf.Session(g) as sess:
-        feed = {x: np.ones(4, np.float32)}
-        for _ in range(200):
-            sess.run(y, feed)
-        t = time.perf_counter()
-        for _ in range(n):
-            sess.run(y, feed)
-        return (time.perf_counter() - t) / n * 1e6
-
-
 def profile(ex, device: str, n: int, top: int = 22) -> None:
     """cProfile `n` learning steps of each agent on `device`: the functions by own time."""
     import cProfile
@@ -101,9 +84,7 @@ def profile(ex, device: str, n: int, top: int = 22) -> None:
     cfg = ex.DQNConfig(learn_start=500, eps_decay_steps=500)
     for kind, cls in (("in-graph", ex.InGraphAgent), ("client", ex.ClientAgent)):
         env = ex.CartPole(cfg.seed)
-        g = dcf.Graph()
-        with g.as_default(), dcf.device(device):
-            agent = cls(env, cfg, graph=g)
+        agent = cls(env, cfg, device=device)
         try:
             agent.run_steps(cfg.learn_start + 100)
             prof = cProfile.Profile()
@@ -123,9 +104,7 @@ def measure(ex, device: str, block: int, rounds: int) -> dict:
     for kind, cls in (("in-graph", ex.InGraphAgent), ("client", ex.ClientAgent)):
         env = ex.CartPole(cfg.seed)
         env.env = timed = _TimedEnv(env.env)
-        g = dcf.Graph()
-        with g.as_default(), dcf.device(device):
-            agent = cls(env, cfg, graph=g)
+        agent = cls(env, cfg, device=device)
         agent.run_steps(cfg.learn_start + 100)
         agents[kind] = (agent, env, timed)
     samples: dict = {"in-graph": [], "client": []}
@@ -149,7 +128,7 @@ def measure(ex, device: str, block: int, rounds: int) -> dict:
             env.close()
     med = {k: {p: statistics.median(s[p] for s in v) * 1e6 for p in v[0]}
            for k, v in samples.items()}
-    med["bare run us"] = _bare_run_us(device)
+    med["bare run us"] = run_costs(device)["feed [4], fetch a reduction"]
     return med
 
 
