@@ -42,7 +42,6 @@ visible; TF1's agents are left out there (the device machine has no TensorFlow).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib.util
 import itertools
@@ -281,7 +280,7 @@ def run_overheads(n: int = 5000, device: str | None = None) -> dict[str, float]:
     """Microseconds of one dcf `sess.run` that computes next to nothing, on `device` (None:
     the default): what fusing a client's runs into one can save, per run it removes."""
     g = dcf.Graph()
-    with g.as_default(), (dcf.device(device) if device else contextlib.nullcontext()):
+    with g.as_default(), dcf.device(device):    # (None in a fresh graph: no placement)
         c = dcf.constant(1.0)
         v = dcf.Variable(np.float32(0.0))
         op = dcf.group(v.assign_add(1.0))
